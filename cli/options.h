@@ -1,0 +1,55 @@
+/* dptp-check's command line: one option table that generates getopt_long's
+ * struct option[], the optstring and --help. */
+#ifndef DPTP_CLI_OPTIONS_H
+#define DPTP_CLI_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fault.h"
+#include "report.h"
+#include "util.h"
+
+enum dptp_backend_choice { DPTP_BACKEND_AUTO, DPTP_BACKEND_HOST, DPTP_BACKEND_CUDA };
+enum dptp_dtype { DPTP_DTYPE_BF16, DPTP_DTYPE_FP16, DPTP_DTYPE_FP32 };
+
+/* One bit per check, in the order of lib/check.h's registry. */
+typedef uint32_t dptp_check_set;
+
+struct dptp_options {
+	int dp, pp, tp;              /* 0 = not given (derive) */
+	dptp_check_set checks;       /* default: all */
+	dptp_fault_set inject;       /* default: none */
+	enum dptp_backend_choice backend;
+	enum dptp_dtype dtype;       /* default bf16 */
+	int tokens;                  /* default 128 */
+	int hidden;                  /* default 4096, multiple of 8 */
+	uint64_t seed;               /* default 1 */
+	double timeout;              /* seconds, default 60 */
+	double eps;                  /* RMSNorm epsilon, default 1e-6 */
+	enum dptp_format format;     /* default text */
+	const char *output;          /* NULL: stdout */
+	bool bench;
+	bool list;
+	int verbose;
+	bool version;
+	bool help;
+};
+
+/* Fills defaults. */
+void dptp_options_init(struct dptp_options *o);
+
+/* Parses argv. Returns 0 on success, or -EINVAL with err set to one line
+ * naming the bad argument (the caller prints "dptp-check: <msg>" and exits
+ * 2). Does not print, does not exit. Resets getopt state, so it can be
+ * called repeatedly (tests do). */
+int dptp_options_parse(struct dptp_options *o, int argc, char **argv, struct dptp_err *err);
+
+/* --help text, generated from the option table. */
+void dptp_options_usage(FILE *f);
+
+const char *dptp_dtype_name(enum dptp_dtype d);
+size_t dptp_dtype_size(enum dptp_dtype d);
+
+#endif
