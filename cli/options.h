@@ -7,12 +7,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtype.h"
 #include "fault.h"
 #include "report.h"
 #include "util.h"
 
 enum dptp_backend_choice { DPTP_BACKEND_AUTO, DPTP_BACKEND_HOST, DPTP_BACKEND_CUDA };
-enum dptp_dtype { DPTP_DTYPE_BF16, DPTP_DTYPE_FP16, DPTP_DTYPE_FP32 };
 
 /* One bit per check, in the order of lib/check.h's registry. */
 typedef uint32_t dptp_check_set;
