@@ -1,0 +1,416 @@
+/* dptp-check's command line. One table below is the only list of options:
+ * it generates getopt_long's struct option[], the optstring and --help. */
+#include "options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "check.h"
+
+enum opt_kind {
+	KIND_INT,      /* int field, [min,max], optional multiple-of */
+	KIND_U64,      /* uint64_t field, [min,max] */
+	KIND_DOUBLE,   /* double field, (0,max] */
+	KIND_CHOICE,   /* enum field, index into choices[] */
+	KIND_CHECKS,   /* dptp_check_set: LIST|all */
+	KIND_FAULTS,   /* dptp_fault_set: LIST|all|none */
+	KIND_STRING,   /* const char * field, borrowed from argv */
+	KIND_FLAG,     /* bool field set to true */
+	KIND_COUNT,    /* int field incremented */
+};
+
+struct opt_row {
+	const char *name;       /* long name */
+	int short_name;         /* 0: none */
+	const char *arg;        /* argument name for --help; NULL: takes none */
+	const char *help;
+	enum opt_kind kind;
+	size_t offset;          /* into struct dptp_options */
+	uint64_t min, max;      /* KIND_INT, KIND_U64; max also for KIND_DOUBLE */
+	int multiple;           /* KIND_INT: value must be a multiple of this */
+	bool suffix;            /* KIND_INT: K/M/G allowed */
+	const char *const *choices; /* KIND_CHOICE, NULL-terminated */
+};
+
+#define OFF(field) offsetof(struct dptp_options, field)
+
+static const char *const backend_choices[] = { "auto", "host", "cuda", NULL };
+static const char *const dtype_choices[] = { "bf16", "fp16", "fp32", NULL };
+static const char *const format_choices[] = { "text", "json", "junit", NULL };
+
+static const struct opt_row table[] = {
+	{ "dp", 0, "N", "data-parallel size (default: world / (tp*pp))",
+	  KIND_INT, OFF(dp), 1, 4096, 1, false, NULL },
+	{ "tp", 0, "N", "tensor-parallel size (default 1)",
+	  KIND_INT, OFF(tp), 1, 4096, 1, false, NULL },
+	{ "pp", 0, "N", "pipeline-parallel size (default 1)",
+	  KIND_INT, OFF(pp), 1, 4096, 1, false, NULL },
+	{ "checks", 0, "LIST", "checks to run, comma-separated, or 'all' (default all)",
+	  KIND_CHECKS, OFF(checks), 0, 0, 0, false, NULL },
+	{ "inject", 0, "LIST", "faults to inject, comma-separated, 'all' or 'none' (default none)",
+	  KIND_FAULTS, OFF(inject), 0, 0, 0, false, NULL },
+	{ "backend", 0, "auto|host|cuda", "data-plane backend (default auto: cuda when usable)",
+	  KIND_CHOICE, OFF(backend), 0, 0, 0, false, backend_choices },
+	{ "dtype", 0, "bf16|fp16|fp32", "element type of the data-plane checks (default bf16)",
+	  KIND_CHOICE, OFF(dtype), 0, 0, 0, false, dtype_choices },
+	{ "tokens", 0, "N", "tokens per rank, 1..65536 (default 128)",
+	  KIND_INT, OFF(tokens), 1, 65536, 1, true, NULL },
+	{ "hidden", 0, "N", "hidden size, 8..65536, a multiple of 8 (default 4096)",
+	  KIND_INT, OFF(hidden), 8, 65536, 8, true, NULL },
+	{ "seed", 0, "N", "seed of every input (default 1)",
+	  KIND_U64, OFF(seed), 0, UINT64_MAX, 0, false, NULL },
+	{ "timeout", 0, "SEC", "watchdog per check in seconds, up to 86400 (default 60)",
+	  KIND_DOUBLE, OFF(timeout), 0, 86400, 0, false, NULL },
+	{ "eps", 0, "X", "RMSNorm epsilon, in (0, 1] (default 1e-6)",
+	  KIND_DOUBLE, OFF(eps), 0, 1, 0, false, NULL },
+	{ "format", 0, "text|json|junit", "report format (default text)",
+	  KIND_CHOICE, OFF(format), 0, 0, 0, false, format_choices },
+	{ "output", 0, "FILE", "write the report to FILE, atomically (default stdout)",
+	  KIND_STRING, OFF(output), 0, 0, 0, false, NULL },
+	{ "bench", 0, NULL, "also time fused vs unfused allreduce over a token sweep",
+	  KIND_FLAG, OFF(bench), 0, 0, 0, false, NULL },
+	{ "list", 0, NULL, "list the checks and faults, then exit",
+	  KIND_FLAG, OFF(list), 0, 0, 0, false, NULL },
+	{ "verbose", 'v', NULL, "more detail in the report and on stderr (repeatable)",
+	  KIND_COUNT, OFF(verbose), 0, 0, 0, false, NULL },
+	{ "version", 0, NULL, "print the version and exit",
+	  KIND_FLAG, OFF(version), 0, 0, 0, false, NULL },
+	{ "help", 'h', NULL, "print this help and exit",
+	  KIND_FLAG, OFF(help), 0, 0, 0, false, NULL },
+};
+
+#define NOPTS DPTP_ARRAY_LEN(table)
+
+/* KIND_CHOICE stores an index through an int pointer. */
+_Static_assert(sizeof(enum dptp_backend_choice) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum dptp_dtype) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum dptp_format) == sizeof(int), "enum size");
+
+/* getopt_long's value of row i: its short letter, or 256 + i. */
+static int opt_val(size_t i)
+{
+	return table[i].short_name ? table[i].short_name : 256 + (int)i;
+}
+
+static int row_of_val(int val)
+{
+	for (size_t i = 0; i < NOPTS; i++)
+		if (opt_val(i) == val)
+			return (int)i;
+	return -1;
+}
+
+void dptp_options_init(struct dptp_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->checks = (1u << DPTP_NCHECKS) - 1;
+	o->inject = 0;
+	o->backend = DPTP_BACKEND_AUTO;
+	o->dtype = DPTP_DTYPE_BF16;
+	o->tokens = 128;
+	o->hidden = 4096;
+	o->seed = 1;
+	o->timeout = 60;
+	o->eps = 1e-6;
+	o->format = DPTP_FORMAT_TEXT;
+}
+
+static int bad_value(struct dptp_err *err, const struct opt_row *row, const char *v,
+		     const char *why)
+{
+	return dptp_err_set(err, -EINVAL, "invalid value '%s' for --%s: %s", v, row->name, why);
+}
+
+static int parse_checks(const struct opt_row *row, const char *v, dptp_check_set *out,
+			struct dptp_err *err)
+{
+	if (strcmp(v, "all") == 0) {
+		*out = (1u << DPTP_NCHECKS) - 1;
+		return 0;
+	}
+	dptp_check_set set = 0;
+	const char *p = v;
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+		char name[64];
+		if (n == 0)
+			return bad_value(err, row, v, "empty check name");
+		if (n >= sizeof(name))
+			return bad_value(err, row, v, "check name too long");
+		memcpy(name, p, n);
+		name[n] = 0;
+		int id = dptp_check_lookup(name);
+		if (id < 0)
+			return dptp_err_set(err, -EINVAL,
+					    "invalid value '%s' for --%s: unknown check '%s' (see --list)",
+					    v, row->name, name);
+		if (set & (1u << id))
+			return dptp_err_set(err, -EINVAL,
+					    "invalid value '%s' for --%s: check '%s' given twice",
+					    v, row->name, name);
+		set |= 1u << id;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	*out = set;
+	return 0;
+}
+
+static const char *choice_list(const char *const *choices, char *buf, size_t len)
+{
+	size_t n = 0, k = 0;
+	while (choices[n])
+		n++;
+	buf[0] = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *sep = i == 0 ? "" : i + 1 == n ? " or " : ", ";
+		k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s%s", sep, choices[i]);
+		if (k >= len)
+			break;
+	}
+	return buf;
+}
+
+static int apply(struct dptp_options *o, const struct opt_row *row, const char *v,
+		 struct dptp_err *err)
+{
+	char *field = (char *)o + row->offset;
+	switch (row->kind) {
+	case KIND_INT:
+	case KIND_U64: {
+		uint64_t x;
+		/* strtoull's base 0 would read "010" as octal 8. */
+		if (v[0] == '0' && isdigit((unsigned char)v[1]))
+			return bad_value(err, row, v, "leading zeros are not allowed");
+		int rc = dptp_parse_u64(v, row->min, row->max, row->suffix, &x);
+		if (rc == -ERANGE) {
+			char why[64];
+			snprintf(why, sizeof(why), "out of range %" PRIu64 "..%" PRIu64,
+				 row->min, row->max);
+			return bad_value(err, row, v, why);
+		}
+		if (rc < 0)
+			return bad_value(err, row, v, "not a number");
+		if (row->kind == KIND_U64) {
+			*(uint64_t *)(void *)field = x;
+			return 0;
+		}
+		if (row->multiple > 1 && x % (uint64_t)row->multiple) {
+			char why[64];
+			snprintf(why, sizeof(why), "not a multiple of %d", row->multiple);
+			return bad_value(err, row, v, why);
+		}
+		*(int *)(void *)field = (int)x;
+		return 0;
+	}
+	case KIND_DOUBLE: {
+		double x;
+		int rc = dptp_parse_double(v, 0, (double)row->max, &x);
+		if (rc == -EINVAL)
+			return bad_value(err, row, v, "not a number");
+		if (rc < 0 || !(x > 0)) {
+			char why[64];
+			snprintf(why, sizeof(why), "must be > 0 and <= %" PRIu64, row->max);
+			return bad_value(err, row, v, why);
+		}
+		*(double *)(void *)field = x;
+		return 0;
+	}
+	case KIND_CHOICE:
+		for (int i = 0; row->choices[i]; i++) {
+			if (strcmp(row->choices[i], v) == 0) {
+				/* enum fields: int-sized */
+				*(int *)(void *)field = i;
+				return 0;
+			}
+		}
+		{
+			char list[128], why[160];
+			snprintf(why, sizeof(why), "expected %s",
+				 choice_list(row->choices, list, sizeof(list)));
+			return bad_value(err, row, v, why);
+		}
+	case KIND_CHECKS:
+		return parse_checks(row, v, (dptp_check_set *)(void *)field, err);
+	case KIND_FAULTS: {
+		struct dptp_err ferr = {0};
+		dptp_fault_set set;
+		if (dptp_fault_parse(v, &set, &ferr) < 0)
+			return bad_value(err, row, v, ferr.msg);
+		*(dptp_fault_set *)(void *)field = set;
+		return 0;
+	}
+	case KIND_STRING:
+		if (!*v)
+			return bad_value(err, row, v, "empty file name");
+		*(const char **)(void *)field = v;
+		return 0;
+	case KIND_FLAG:
+		*(bool *)(void *)field = true;
+		return 0;
+	case KIND_COUNT:
+		(*(int *)(void *)field)++;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* An unknown or ambiguous long option, named without any "=value". */
+static int unrecognized(struct dptp_err *err, const char *arg)
+{
+	size_t n = strcspn(arg, "=");
+	char cands[256] = "";
+	size_t k = 0;
+	int nmatch = 0;
+	if (n > 2 && strncmp(arg, "--", 2) == 0) {
+		for (size_t i = 0; i < NOPTS; i++) {
+			if (strncmp(table[i].name, arg + 2, n - 2) != 0)
+				continue;
+			k += (size_t)snprintf(cands + k, k < sizeof(cands) ? sizeof(cands) - k : 0,
+					      "%s--%s", nmatch ? ", " : "", table[i].name);
+			nmatch++;
+		}
+	}
+	if (nmatch > 1)
+		return dptp_err_set(err, -EINVAL, "ambiguous option '%.*s' (could be %s)",
+				    (int)n, arg, cands);
+	return dptp_err_set(err, -EINVAL, "unrecognized option '%.*s'", (int)n, arg);
+}
+
+int dptp_options_parse(struct dptp_options *o, int argc, char **argv, struct dptp_err *err)
+{
+	struct option longopts[NOPTS + 1];
+	/* '+': stop at the first operand (refused below); ':': report a
+	 * missing argument as ':' rather than '?'. */
+	char optstring[2 + 2 * NOPTS + 1];
+	size_t k = 0;
+	optstring[k++] = '+';
+	optstring[k++] = ':';
+	for (size_t i = 0; i < NOPTS; i++) {
+		longopts[i] = (struct option){
+			.name = table[i].name,
+			.has_arg = table[i].arg ? required_argument : no_argument,
+			.flag = NULL,
+			.val = opt_val(i),
+		};
+		if (table[i].short_name) {
+			optstring[k++] = (char)table[i].short_name;
+			if (table[i].arg)
+				optstring[k++] = ':';
+		}
+	}
+	longopts[NOPTS] = (struct option){0};
+	optstring[k] = 0;
+
+	opterr = 0;
+	optind = 0; /* full re-initialisation of getopt's state */
+	for (;;) {
+		int c = getopt_long(argc, argv, optstring, longopts, NULL);
+		if (c == -1)
+			break;
+		if (c == ':') {
+			int r = row_of_val(optopt);
+			if (r >= 0)
+				return dptp_err_set(err, -EINVAL, "missing argument for --%s", table[r].name);
+			return dptp_err_set(err, -EINVAL, "missing argument for '-%c'", optopt);
+		}
+		if (c == '?') {
+			/* glibc: optopt 0 for an unknown or ambiguous long
+			 * option (already stepped over), the option's value
+			 * for "--flag=value", the letter for an unknown -x. */
+			if (optopt == 0)
+				return unrecognized(err, argv[optind - 1]);
+			int r = row_of_val(optopt);
+			if (r >= 0)
+				return dptp_err_set(err, -EINVAL, "option '--%s' takes no argument",
+						    table[r].name);
+			return dptp_err_set(err, -EINVAL, "unrecognized option '-%c'", optopt);
+		}
+		int r = row_of_val(c);
+		if (r < 0)
+			return dptp_err_set(err, -EINVAL, "unrecognized option '-%c'", c);
+		DPTP_TRY(apply(o, &table[r], optarg, err));
+	}
+	if (optind < argc)
+		return dptp_err_set(err, -EINVAL, "unexpected argument '%s'", argv[optind]);
+	return 0;
+}
+
+/* Writes a two-space gap and text, the cursor being at column col - 2;
+ * wraps at words before column max, continuation lines indented to col. */
+static void wrap(FILE *f, const char *text, int col, int max)
+{
+	int at = col;
+	bool line_start = true;
+	fputs("  ", f);
+	for (const char *p = text; *p;) {
+		int n = (int)strcspn(p, " ");
+		if (!line_start && at + 1 + n > max) {
+			fprintf(f, "\n%*s", col, "");
+			at = col;
+			line_start = true;
+		}
+		if (!line_start) {
+			fputc(' ', f);
+			at++;
+		}
+		fprintf(f, "%.*s", n, p);
+		at += n;
+		line_start = false;
+		p += n;
+		while (*p == ' ')
+			p++;
+	}
+	fputc('\n', f);
+}
+
+void dptp_options_usage(FILE *f)
+{
+	char lhs[NOPTS][64];
+	int width = 0;
+	for (size_t i = 0; i < NOPTS; i++) {
+		const struct opt_row *row = &table[i];
+		char s[8] = "    ";
+		if (row->short_name)
+			snprintf(s, sizeof(s), "-%c, ", row->short_name);
+		int n = snprintf(lhs[i], sizeof(lhs[i]), "%s--%s%s%s", s, row->name,
+				 row->arg ? " " : "", row->arg ? row->arg : "");
+		if (n > width)
+			width = n;
+	}
+	fputs("usage: dptp-check [OPTION]...\n"
+	      "Checks the DP x PP x TP process groups of a job and reports pass/fail\n"
+	      "per DP replica. Run one copy per rank under dptp-run, mpirun or srun.\n"
+	      "\noptions:\n", f);
+	for (size_t i = 0; i < NOPTS; i++) {
+		fprintf(f, "  %-*s", width, lhs[i]);
+		wrap(f, table[i].help, width + 4, 79);
+	}
+	fputs("\nchecks:", f);
+	for (int i = 0; i < DPTP_NCHECKS; i++)
+		fprintf(f, " %s", dptp_check_name(i));
+	fputs("\nfaults:", f);
+	for (int i = 0; i < DPTP_NFAULTS; i++)
+		fprintf(f, " %s", dptp_faults[i].name);
+	fputs("\n\nexit status: 0 pass, 1 a check failed, 2 usage error,\n"
+	      "3 environment or bootstrap error, 4 a check timed out.\n"
+	      "See dptp-check(1).\n", f);
+}
+
+const char *dptp_dtype_name(enum dptp_dtype d)
+{
+	if ((unsigned)d < DPTP_ARRAY_LEN(dtype_choices) - 1)
+		return dtype_choices[d];
+	return "?";
+}
+
+size_t dptp_dtype_size(enum dptp_dtype d)
+{
+	return dptp_dtype_bytes(d);
+}
