@@ -370,6 +370,19 @@ static void wrap(FILE *f, const char *text, int col, int max)
 	fputc('\n', f);
 }
 
+/* "label name name ...", wrapped before column 80. */
+static void name_list(FILE *f, const char *label, const char *const *names, int n)
+{
+	int at = fprintf(f, "%s", label);
+	for (int i = 0; i < n; i++) {
+		int len = (int)strlen(names[i]);
+		if (at + 1 + len > 79)
+			at = fprintf(f, "\n %*s", (int)strlen(label), "") - 1;
+		at += fprintf(f, " %s", names[i]);
+	}
+	fputc('\n', f);
+}
+
 void dptp_options_usage(FILE *f)
 {
 	char lhs[NOPTS][64];
@@ -392,13 +405,15 @@ void dptp_options_usage(FILE *f)
 		fprintf(f, "  %-*s", width, lhs[i]);
 		wrap(f, table[i].help, width + 4, 79);
 	}
-	fputs("\nchecks:", f);
+	const char *checks[DPTP_NCHECKS], *faults[DPTP_NFAULTS];
 	for (int i = 0; i < DPTP_NCHECKS; i++)
-		fprintf(f, " %s", dptp_check_name(i));
-	fputs("\nfaults:", f);
+		checks[i] = dptp_check_name(i);
 	for (int i = 0; i < DPTP_NFAULTS; i++)
-		fprintf(f, " %s", dptp_faults[i].name);
-	fputs("\n\nexit status: 0 pass, 1 a check failed, 2 usage error,\n"
+		faults[i] = dptp_faults[i].name;
+	fputc('\n', f);
+	name_list(f, "checks:", checks, DPTP_NCHECKS);
+	name_list(f, "faults:", faults, DPTP_NFAULTS);
+	fputs("\nexit status: 0 pass, 1 a check failed, 2 usage error,\n"
 	      "3 environment or bootstrap error, 4 a check timed out.\n"
 	      "See dptp-check(1).\n", f);
 }

@@ -440,7 +440,7 @@ int dptp_report_write_junit(const struct dptp_report *r, FILE *f)
 					fprintf(f, "</%s>\n", elem);
 				}
 			}
-			if (dlen && (st == DPTP_PASS || st == DPTP_SKIP)) {
+			if (dlen && (st == DPTP_PASS || (st == DPTP_SKIP && first_line(detail) < dlen))) {
 				fputs("      <system-out>", f);
 				dptp_xml_escape(f, detail, dlen);
 				fputs("</system-out>\n", f);
