@@ -1,5 +1,9 @@
 #include "check.h"
 
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Kept in enum order; lib/checks/registry.c asserts it matches. */
@@ -22,4 +26,25 @@ int dptp_check_lookup(const char *name)
 const char *dptp_check_name(int id)
 {
 	return id >= 0 && id < DPTP_NCHECKS ? names[id] : NULL;
+}
+
+void dptp_result_set(struct dptp_check_result *r, enum dptp_status s, const char *fmt, ...)
+{
+	char buf[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	free(r->detail);
+	r->detail = strdup(buf);
+	r->status = s;
+}
+
+void dptp_result_fail(struct dptp_check_result *r, enum dptp_status as, int rc,
+		      const struct dptp_err *err, const char *what)
+{
+	if (r->status >= DPTP_FAIL)
+		return;
+	enum dptp_status s = rc == -ETIMEDOUT ? DPTP_TIMEOUT : as;
+	dptp_result_set(r, s, "%s: %s", what, err && err->msg[0] ? err->msg : strerror(-rc));
 }

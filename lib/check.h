@@ -30,4 +30,13 @@ int dptp_check_lookup(const char *name);
 /* Id -> name, or NULL. Needs no check object (the CLI links only this). */
 const char *dptp_check_name(int id);
 
+
+
+/* Sets status and a printf-style detail (replacing any earlier one). */
+void dptp_result_set(struct dptp_check_result *r, enum dptp_status s, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Records a failure from a negative errno: -ETIMEDOUT is `timeout`, anything
+ * else `as`; keeps the first problem only. */
+void dptp_result_fail(struct dptp_check_result *r, enum dptp_status as, int rc,
+		      const struct dptp_err *err, const char *what);
 #endif

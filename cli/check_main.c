@@ -1,0 +1,191 @@
+/* dptp-check: option parsing, orchestration, exit codes. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "check.h"
+#include "ctx.h"
+#include "dptp-config.h"
+#include "gather.h"
+#include "options.h"
+#include "report.h"
+
+int dptp_check_main(int argc, char **argv);
+
+enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_ENV = 3, EXIT_TIMEOUT = 4 };
+
+static void print_list(void)
+{
+	printf("Checks:\n");
+	for (int i = 0; i < DPTP_NCHECKS; i++)
+		printf("  %-16s %s\n", dptp_checks[i]->name, dptp_checks[i]->summary);
+	printf("\nFaults (--inject):\n");
+	for (int i = 0; i < DPTP_NFAULTS; i++) {
+		const struct dptp_fault_desc *f = &dptp_faults[i];
+		printf("  %-18s bug %d, caught by %s: %s\n", f->name, f->bug, f->check, f->summary);
+		printf("  %-18s real symptom: %s\n", "", f->symptom);
+	}
+}
+
+/* A test hook: stop this rank (SIGSTOP) before a named check, so tests can
+ * prove that a peer that never answers becomes `timeout`, not a hang. */
+static void maybe_stall(const struct dptp_ctx *c, const char *check)
+{
+	const char *r = getenv("DPTP_TEST_STALL_RANK"), *k = getenv("DPTP_TEST_STALL_CHECK");
+	if (r && atoi(r) == c->rank && (!k || strcmp(k, check) == 0))
+		raise(SIGSTOP);
+}
+
+static int status_exit(enum dptp_status s)
+{
+	switch (s) {
+	case DPTP_SKIP:
+	case DPTP_PASS: return EXIT_PASS;
+	case DPTP_FAIL: return EXIT_FAIL;
+	case DPTP_ERROR: return EXIT_ENV;
+	case DPTP_TIMEOUT: return EXIT_TIMEOUT;
+	}
+	return EXIT_ENV;
+}
+
+int dptp_check_main(int argc, char **argv)
+{
+	struct dptp_options o;
+	struct dptp_err err = {0};
+	dptp_options_init(&o);
+	if (dptp_options_parse(&o, argc, argv, &err) < 0) {
+		fprintf(stderr, "dptp-check: %s\n", err.msg);
+		return EXIT_USAGE;
+	}
+	if (o.help) {
+		dptp_options_usage(stdout);
+		return EXIT_PASS;
+	}
+	if (o.version) {
+		printf("dptp-check %s (backends: host%s%s)\n", DPTP_VERSION,
+		       DPTP_HAVE_CUDA ? ", cuda" : "", DPTP_HAVE_NCCL ? ", nccl" : "");
+		return EXIT_PASS;
+	}
+	if (o.list) {
+		print_list();
+		return EXIT_PASS;
+	}
+	if (o.backend == DPTP_BACKEND_CUDA) {
+		fprintf(stderr, "dptp-check: --backend cuda is not available in this build yet (use --backend host)\n");
+		return EXIT_ENV;
+	}
+	if (o.bench) {
+		fprintf(stderr, "dptp-check: --bench is not available in this build yet (it needs the cuda backend)\n");
+		return EXIT_ENV;
+	}
+
+	struct dptp_bootstrap *b = NULL;
+	if (dptp_bootstrap_create(&b, &err) < 0) {
+		fprintf(stderr, "dptp-check: %s\n", err.msg);
+		return EXIT_ENV;
+	}
+	struct dptp_params p = {
+		.dp = o.dp, .pp = o.pp, .tp = o.tp,
+		.tokens = o.tokens, .hidden = o.hidden, .dtype = o.dtype,
+		.seed = o.seed, .eps = o.eps, .timeout = o.timeout,
+		.faults = o.inject, .cuda = false,
+	};
+	struct dptp_ctx c;
+	int rc = dptp_ctx_init(&c, b, &p, &err);
+	if (rc < 0) {
+		/* every rank finds the same layout problem: one line from rank 0 */
+		bool usage = rc == -EINVAL && c.layout.world == 0;
+		if (b->rank == 0 || !usage)
+			fprintf(stderr, "dptp-check: %s%s\n", usage ? "" : "rank ", usage ? err.msg : "");
+		if (!usage)
+			fprintf(stderr, "dptp-check: rank %d: %s\n", b->rank, err.msg);
+		dptp_ctx_release(&c);
+		dptp_bootstrap_destroy(b);
+		return usage ? EXIT_USAGE : (rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV);
+	}
+
+	/* run the selected checks, in lockstep on every rank */
+	struct dptp_check_result res[DPTP_NCHECKS];
+	size_t nres = 0;
+	memset(res, 0, sizeof(res));
+	for (int i = 0; i < DPTP_NCHECKS; i++) {
+		if (!(o.checks & (1u << i)))
+			continue;
+		struct dptp_check_result *r = &res[nres++];
+		snprintf(r->name, sizeof(r->name), "%s", dptp_checks[i]->name);
+		if (c.x.broken) {
+			dptp_result_set(r, DPTP_TIMEOUT, "not run: an earlier check timed out");
+			continue;
+		}
+		maybe_stall(&c, r->name);
+		c.x.deadline = dptp_now() + o.timeout;
+		double t0 = dptp_now();
+		r->status = DPTP_PASS;
+		dptp_checks[i]->run(&c, r);
+		r->seconds = dptp_now() - t0;
+		if (!r->detail)
+			r->detail = strdup("");
+		if (o.verbose || r->status >= DPTP_ERROR)
+			fprintf(stderr, "dptp-check: rank %d: %s %s (%.4f s) %s\n", c.rank, r->name,
+				dptp_status_name(r->status), r->seconds, r->detail);
+	}
+
+	/* gather to rank 0 and write the report; a rank that lost lockstep
+	 * only waits briefly, so the job still ends within the timeout */
+	struct dptp_report rep = {
+		.tool = "dptp-check", .version = DPTP_VERSION,
+		.world = c.layout.world, .dp = c.layout.dp, .pp = c.layout.pp, .tp = c.layout.tp,
+		.backend = "host", .bootstrap = b->ops->name, .engine = b->engine, .seed = o.seed,
+	};
+	const char *inject[DPTP_NFAULTS];
+	for (int f = 0; f < DPTP_NFAULTS; f++)
+		if (dptp_fault_on(o.inject, f))
+			inject[rep.ninject++] = dptp_faults[f].name;
+	rep.inject = inject;
+	double gather_timeout = c.x.broken ? 0.5 : o.timeout;
+	rc = dptp_gather_results(&c, res, nres, gather_timeout, &rep, &err);
+	int code;
+	enum dptp_status worst = DPTP_PASS;
+	for (size_t k = 0; k < nres; k++)
+		worst = k ? dptp_status_worst(worst, res[k].status) : res[k].status;
+	code = status_exit(worst);
+	if (c.rank == 0) {
+		code = dptp_report_exit_code(&rep);
+		bool tty = isatty(STDOUT_FILENO) && !getenv("NO_COLOR");
+		if (o.output) {
+			if (dptp_report_write_file(&rep, o.format, o.output, &err) < 0) {
+				fprintf(stderr, "dptp-check: %s\n", err.msg);
+				code = EXIT_ENV;
+			}
+			if (o.format != DPTP_FORMAT_TEXT)
+				dptp_report_write_text(&rep, stdout, tty, o.verbose);
+		} else {
+			dptp_report_write(&rep, o.format, stdout, tty && o.format == DPTP_FORMAT_TEXT, o.verbose);
+		}
+		fflush(stdout);
+	}
+	/* the verdict is the same on every rank, and no rank leaves (which
+	 * makes launchers kill its siblings) before rank 0 has written */
+	int32_t shared = code;
+	c.x.deadline = dptp_now() + (c.x.broken || rc < 0 ? 0.5 : 5.0);
+	bool was_broken = c.x.broken;
+	c.x.broken = false;
+	struct dptp_err e2 = {0};
+	if (dptp_xchg_bcast(&c.x, &c.world, 0, &shared, sizeof(shared), &e2) == 0)
+		code = shared;
+	else if (c.rank != 0 && was_broken)
+		code = EXIT_TIMEOUT;
+	for (size_t k = 0; k < nres; k++)
+		free(res[k].detail);
+	dptp_report_release(&rep);
+	bool stuck = c.x.broken || was_broken;
+	dptp_ctx_release(&c);
+	if (stuck)
+		_exit(code); /* a fence is still pending in PMIx: don't wait for it */
+	dptp_bootstrap_destroy(b);
+	return code;
+}

@@ -1,0 +1,180 @@
+/* fused-allreduce: allreduce + residual add + RMSNorm * gamma through the
+ * IPC workspace (built with the exchange backend on the TP group) equals a
+ * reference computed locally from the seed, on every rank. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ctx.h"
+#include "workspace.h"
+
+#define ITERATIONS 3 /* every Lamport buffer once */
+
+static void fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dptp_dtype dt)
+{
+	for (size_t i = 0; i < n; i++)
+		dptp_store_elt(p, i, dptp_input_value(seed, stream, i), dt);
+}
+
+static double tolerance(enum dptp_dtype dt)
+{
+	switch (dt) {
+	case DPTP_DTYPE_BF16: return 1.0 / 128;
+	case DPTP_DTYPE_FP16: return 1.0 / 1024;
+	case DPTP_DTYPE_FP32: return 1e-5;
+	}
+	return 0;
+}
+
+struct bufs {
+	void *x, *res_in, *gamma, *res_out, *norm_out, *ref_res, *ref_norm, *peer_x;
+	float *sum;
+};
+
+static void free_bufs(struct bufs *b)
+{
+	free(b->x); free(b->res_in); free(b->gamma); free(b->res_out); free(b->norm_out);
+	free(b->ref_res); free(b->ref_norm); free(b->peer_x); free(b->sum);
+}
+
+/* Compares one iteration; returns true when right. */
+static bool compare(struct dptp_ctx *c, struct bufs *b, size_t n, int hidden, int it,
+		    struct dptp_check_result *res, double *max_abs, double *max_rel)
+{
+	enum dptp_dtype dt = c->p.dtype;
+	bool ok = true;
+	for (size_t i = 0; i < n; i++) {
+		float got_r = dptp_load_elt(b->res_out, i, dt), want_r = dptp_load_elt(b->ref_res, i, dt);
+		float got_n = dptp_load_elt(b->norm_out, i, dt), want_n = dptp_load_elt(b->ref_norm, i, dt);
+		double ar = fabs((double)got_r - want_r), an = fabs((double)got_n - want_n);
+		double rn = an / (fabs((double)want_n) > 1e-3 ? fabs((double)want_n) : 1e-3);
+		if (ar > *max_abs) *max_abs = ar;
+		if (an > *max_abs) *max_abs = an;
+		if (rn > *max_rel) *max_rel = rn;
+		bool bad = got_r != want_r || !(rn <= tolerance(dt)) || isnan(got_n);
+		if (bad && ok) {
+			ok = false;
+			if (res->status < DPTP_FAIL)
+				dptp_result_set(res, DPTP_FAIL,
+					"call %d: first wrong element at rank %d, token %zu, column %zu: "
+					"%s got %g, want %g (norm got %g, want %g)",
+					it, c->rank, i / (size_t)hidden, i % (size_t)hidden,
+					got_r != want_r ? "residual_out" : "norm_out", got_r, want_r, got_n, want_n);
+		}
+	}
+	return ok;
+}
+
+static void fused_run(struct dptp_ctx *c, struct dptp_check_result *res)
+{
+	struct dptp_err err = {0};
+	enum dptp_dtype dt = c->p.dtype;
+	int tokens = c->p.tokens, hidden = c->p.hidden;
+	size_t n = (size_t)tokens * (size_t)hidden, esz = dptp_dtype_bytes(dt);
+	const struct dptp_group *tp = &c->tp;
+	struct bufs b = {0};
+	b.x = malloc(n * esz); b.res_in = malloc(n * esz); b.gamma = malloc((size_t)hidden * esz);
+	b.res_out = malloc(n * esz); b.norm_out = malloc(n * esz); b.ref_res = malloc(n * esz);
+	b.ref_norm = malloc(n * esz); b.peer_x = malloc(n * esz); b.sum = malloc(n * sizeof(float));
+	if (!b.x || !b.res_in || !b.gamma || !b.res_out || !b.norm_out || !b.ref_res || !b.ref_norm ||
+	    !b.peer_x || !b.sum) {
+		free_bufs(&b);
+		dptp_result_set(res, DPTP_ERROR, "out of memory for %d x %d tokens", tokens, hidden);
+		return;
+	}
+	res->status = DPTP_PASS;
+	fill(b.gamma, (size_t)hidden, c->p.seed, 0x6a33aULL, dt);
+
+	/* the workspace is exchanged on the TP group -- or, under the
+	 * world-workspace fault, on WORLD with rank = tp_rank, size = tp_size */
+	struct dptp_workspace ws;
+	bool world_ws = dptp_fault_on(c->p.faults, DPTP_FAULT_WORLD_WORKSPACE);
+	const struct dptp_group *xg = world_ws ? &c->world : tp;
+	int ws_rank = world_ws ? c->me.tp : tp->index, ws_size = tp->size;
+	int rc = 0;
+	bool use_ws = tp->size > 1;
+	if (use_ws) {
+		rc = dptp_workspace_create(&ws, c, xg, ws_rank, ws_size, n * esz, dt, &err);
+		if (rc < 0)
+			dptp_result_fail(res, DPTP_FAIL, rc, &err, "workspace");
+	}
+	/* the harness (not the code under test) asks whether the whole TP
+	 * group has a workspace before running the kernel on it */
+	int32_t ok = rc == 0, *oks = calloc((size_t)tp->size, sizeof(int32_t));
+	int arc = dptp_xchg_allgather(&c->x, tp, &ok, sizeof(ok), oks, &err);
+	if (arc < 0) {
+		dptp_result_fail(res, DPTP_FAIL, arc, &err, "workspace status allgather");
+		ok = 0;
+	}
+	for (int j = 0; ok && j < tp->size; j++)
+		if (!oks[j]) {
+			ok = 0;
+			dptp_result_set(res, DPTP_FAIL, "workspace creation failed on group rank %d (global rank %d); "
+					"the fused kernel would run on a broken workspace", j, tp->ranks[j]);
+		}
+	free(oks);
+
+	double max_abs = 0, max_rel = 0;
+	for (int it = 0; ok && it < ITERATIONS; it++) {
+		uint64_t seed = c->p.seed + (uint64_t)it * 7919;
+		fill(b.x, n, seed, (uint64_t)c->rank, dt);
+		fill(b.res_in, n, seed, 0x12e5ULL + (uint64_t)tp->ranks[0], dt);
+		/* the reference, from the seed alone: the members' inputs summed in
+		 * group order in fp32 */
+		memset(b.sum, 0, n * sizeof(float));
+		for (int j = 0; j < tp->size; j++) {
+			fill(b.peer_x, n, seed, (uint64_t)tp->ranks[j], dt);
+			for (size_t i = 0; i < n; i++)
+				b.sum[i] += dptp_load_elt(b.peer_x, i, dt);
+		}
+		dptp_residual_rmsnorm_ref(b.sum, b.res_in, b.gamma, b.ref_res, b.ref_norm, tokens, hidden,
+					  (float)c->p.eps, dt);
+		if (use_ws) {
+			rc = dptp_workspace_fused_allreduce(&ws, b.x, b.res_in, b.gamma, b.res_out, b.norm_out,
+							    tokens, hidden, (float)c->p.eps, c->x.deadline, &err);
+			if (rc < 0) {
+				if (rc == -ETIMEDOUT)
+					c->x.broken = true; /* a peer is gone: lockstep is lost */
+				dptp_result_fail(res, DPTP_FAIL, rc, &err, "fused allreduce");
+				break;
+			}
+		} else {
+			/* TP 1: plain residual + RMSNorm */
+			for (size_t i = 0; i < n; i++)
+				b.sum[i] = dptp_load_elt(b.x, i, dt);
+			dptp_residual_rmsnorm_ref(b.sum, b.res_in, b.gamma, b.res_out, b.norm_out, tokens, hidden,
+						  (float)c->p.eps, dt);
+		}
+		if (!compare(c, &b, n, hidden, it, res, &max_abs, &max_rel))
+			break;
+	}
+	if (res->status == DPTP_PASS)
+		dptp_result_set(res, DPTP_PASS, "%d calls of %d x %d %s, TP %d%s: max abs err %.3g, max rel err %.3g",
+				ITERATIONS, tokens, hidden, dt == DPTP_DTYPE_FP32 ? "fp32" : dt == DPTP_DTYPE_FP16 ? "fp16" : "bf16",
+				tp->size, use_ws ? " one-shot (Lamport)" : " (no allreduce)", max_abs, max_rel);
+	else if (res->status == DPTP_FAIL && max_abs > 0) {
+		char extra[128];
+		snprintf(extra, sizeof(extra), "; max abs err %.3g, max rel err %.3g", max_abs, max_rel);
+		char *d = malloc(strlen(res->detail) + sizeof(extra));
+		if (d) {
+			strcpy(d, res->detail);
+			strcat(d, extra);
+			free(res->detail);
+			res->detail = d;
+		}
+	}
+	if (use_ws && rc != -ETIMEDOUT)
+		dptp_workspace_release(&ws);
+	else if (use_ws)
+		dptp_workspace_release(&ws);
+	free_bufs(&b);
+}
+
+const struct dptp_check dptp_check_fused_allreduce = {
+	.name = "fused-allreduce",
+	.summary = "allreduce + residual + RMSNorm through the IPC workspace equals the local reference",
+	.run = fused_run,
+};
