@@ -99,6 +99,8 @@ void dptp_tcpstore_keys_free(char **keys, size_t n);
 
 /* ---- client ---------------------------------------------------------------- */
 
+/* One TCP connection. Not thread-safe: one call at a time (torch serialises
+ * its calls with a lock too). */
 struct dptp_tcpstore_client;
 
 struct dptp_tcpstore_client_opts {
@@ -199,11 +201,22 @@ int dptp_tcpstore_client_list_keys(struct dptp_tcpstore_client *c, char ***keys,
 
 /* ---- server ---------------------------------------------------------------- */
 
+/* The store (one flat namespace: keys are stored exactly as sent, queues
+ * live beside the keys) and its listening socket and clients. Driven either
+ * by _step() from one thread, or by its own thread after _start(). A new
+ * WAIT from a client replaces its unanswered one; a disconnect drops it.
+ * Every write (SET, ADD, APPEND, COMPARE_SET, MULTI_SET) answers each waiter
+ * whose keys now all exist; QUEUE_PUSH answers the oldest such waiter on that
+ * queue only, so that one blocked queue_pop takes one item. A connection is
+ * closed on a protocol error (see the scanner), a first command other than
+ * VALIDATE, an ADD on a value that is not a number, or when its buffered
+ * input, output and pending wait pass max_client_bytes. */
 struct dptp_tcpstore_server;
 
 struct dptp_tcpstore_server_opts {
 	const char *host;        /* address to bind exactly ("127.0.0.1", "::",
-				  * a name); NULL = "::" dual-stack, falling back
+				  * a name: its first address that binds);
+				  * "::" is dual-stack; NULL = "::", falling back
 				  * to 0.0.0.0 as torch does. Borrowed. */
 	uint16_t port;           /* 0 = ephemeral; see _port() */
 	int backlog;             /* <= 0: 16384 (capped by the kernel) */
