@@ -1,0 +1,52 @@
+/* What a worker runs and the environment it gets: torchrun's section B. */
+#ifndef DPTP_LAUNCHER_ENV_H
+#define DPTP_LAUNCHER_ENV_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "args.h"
+#include "rendezvous.h"
+
+struct worker_cmd {
+	char *path;        /* resolved executable (PATH searched), owned */
+	char **argv;       /* template argv, ${local_rank} not yet substituted; owned */
+	size_t argc;
+	char *entry_name;  /* failure report title: script, module or program; owned */
+};
+
+/* Builds the command: python3 -u script (PYTHON_EXEC honoured), -m, or
+ * --no-python. */
+int env_build_command(const struct run_opts *o, struct worker_cmd *cmd, struct dptp_err *err);
+void env_command_release(struct worker_cmd *cmd);
+/* argv for local_rank with string.Template.safe_substitute(local_rank=N)
+ * applied to every argument. Caller frees with env_strv_free(). */
+char **env_argv_for(const struct worker_cmd *cmd, unsigned local_rank);
+
+/* Python string.Template.safe_substitute: $name and ${name} replaced when
+ * name is one of keys, $$ -> $, everything else kept. Returns malloc'd. */
+char *env_template_subst(const char *tmpl, const char *const *keys, const char *const *vals, size_t n);
+
+struct worker_env_spec {
+	unsigned local_rank, global_rank, role_rank;
+	unsigned local_world_size;
+	const struct rdzv_info *rdzv;
+	const char *role;
+	unsigned restart_count, max_restarts;
+	const char *error_file; /* "" when log_dir is /dev/null */
+	int virtual_local_rank;
+};
+
+/* environ | the worker's torchrun variables, as a malloc'd NULL-terminated
+ * array of malloc'd strings (PMIx_server_setup_fork may append to it). */
+char **env_build(const struct worker_env_spec *spec);
+void env_strv_free(char **v);
+
+/* torchrun's OMP_NUM_THREADS default and warning (run.py L849-861), and
+ * TORCHELASTIC_SIGNALS_TO_HANDLE; both go into the launcher's environment. */
+void env_launcher_setup(const struct run_opts *o, FILE *errs);
+
+/* glog-style line prefix torch uses: "W1202 13:53:04.905000 621 dptp-run] " */
+void env_glog_prefix(char level, char *buf, size_t len);
+
+#endif

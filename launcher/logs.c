@@ -1,0 +1,289 @@
+/* Worker logs (see logs.h). */
+#include "logs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* tempfile.mkdtemp: prefix + 8 characters of Python's alphabet */
+static char *mkdtemp_py(const char *dir, const char *prefix)
+{
+	static const char alpha[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
+	for (int attempt = 0; attempt < 100; attempt++) {
+		unsigned char r[8];
+		char name[8 + 1];
+		char *path;
+		dptp_entropy(r, sizeof(r));
+		for (int i = 0; i < 8; i++)
+			name[i] = alpha[r[i] % (sizeof(alpha) - 1)];
+		name[8] = '\0';
+		if (asprintf(&path, "%s/%s%s", dir, prefix, name) < 0)
+			return NULL;
+		if (mkdir(path, 0700) == 0)
+			return path;
+		free(path);
+		if (errno != EEXIST)
+			return NULL;
+	}
+	errno = EEXIST;
+	return NULL;
+}
+
+static int mkdir_p(const char *path)
+{
+	char buf[4096];
+	size_t len = strlen(path);
+	if (len >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, len + 1);
+	for (char *c = buf + 1; *c; c++) {
+		if (*c != '/')
+			continue;
+		*c = '\0';
+		if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+			return -errno;
+		*c = '/';
+	}
+	if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int log_dirs_init(struct log_dirs *d, const char *log_dir, const char *run_id, struct dptp_err *err)
+{
+	struct stat st;
+	char prefix[128];
+	const char *base = log_dir;
+	memset(d, 0, sizeof(*d));
+	if (log_dir && !strcmp(log_dir, "/dev/null")) {
+		d->devnull = true;
+		return 0;
+	}
+	if (!log_dir) {
+		const char *tmp = getenv("TMPDIR");
+		if (!tmp || !*tmp)
+			tmp = "/tmp";
+		d->base_created = mkdtemp_py(tmp, "torchelastic_");
+		if (!d->base_created)
+			return dptp_err_set(err, -errno, "cannot create a log directory in '%s': %s", tmp, strerror(errno));
+		base = d->base_created;
+	} else if (stat(log_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+		return dptp_err_set(err, -ENOTDIR, "log_dir: %s is a file", log_dir);
+	} else {
+		int rc = mkdir_p(log_dir);
+		if (rc < 0)
+			return dptp_err_set(err, rc, "cannot create log_dir '%s': %s", log_dir, strerror(-rc));
+	}
+	snprintf(prefix, sizeof(prefix), "%s_", run_id);
+	d->run_dir = mkdtemp_py(base, prefix);
+	if (!d->run_dir)
+		return dptp_err_set(err, -errno, "cannot create a run directory in '%s': %s", base, strerror(errno));
+	return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+int log_dirs_attempt(struct log_dirs *d, unsigned attempt, unsigned nlocal, char **out, struct dptp_err *err)
+{
+	char *dir;
+	*out = NULL;
+	if (d->devnull)
+		return 0;
+	if (asprintf(&dir, "%s/attempt_%u", d->run_dir, attempt) < 0)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* shutil.rmtree(ignore_errors) */
+	if (mkdir(dir, 0777) < 0)
+		goto fail;
+	for (unsigned i = 0; i < nlocal; i++) {
+		char sub[4200];
+		snprintf(sub, sizeof(sub), "%s/%u", dir, i);
+		if (mkdir(sub, 0777) < 0)
+			goto fail;
+	}
+	*out = dir;
+	return 0;
+fail:
+	{
+		int e = errno;
+		dptp_err_set(err, -e, "cannot create '%s/...': %s", dir, strerror(e));
+		free(dir);
+		return -e;
+	}
+}
+
+/* Counts regular files below a tree (stops at the first). */
+static int files_seen;
+static int count_file(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)path;
+	(void)sb;
+	(void)ftw;
+	if (flag == FTW_F) {
+		files_seen++;
+		return 1;
+	}
+	return 0;
+}
+
+void log_dirs_release(struct log_dirs *d)
+{
+	if (!d)
+		return;
+	if (d->base_created) {
+		files_seen = 0;
+		nftw(d->base_created, count_file, 16, FTW_PHYS);
+		if (!files_seen)
+			nftw(d->base_created, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	}
+	free(d->base_created);
+	free(d->run_dir);
+	memset(d, 0, sizeof(*d));
+}
+
+void log_stream_init(struct log_stream *ls)
+{
+	memset(ls, 0, sizeof(*ls));
+	ls->fd = ls->file_fd = ls->console_fd = -1;
+}
+
+int log_stream_open(struct log_stream *ls, int fd, int file_fd, int console_fd, char *prefix)
+{
+	ls->fd = fd;
+	ls->file_fd = file_fd;
+	ls->console_fd = console_fd;
+	ls->prefix = prefix;
+	ls->prefix_len = prefix ? strlen(prefix) : 0;
+	ls->cap = 1 << 16;
+	ls->buf = malloc(ls->cap);
+	return ls->buf ? 0 : -ENOMEM;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return; /* console gone: drop, as a closed terminal would */
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+/* Writes complete lines of buf[0..len) with prefixes, in one writev per
+ * batch; a line longer than the buffer is emitted when the buffer is full. */
+static void emit_lines(struct log_stream *ls, bool final)
+{
+	struct iovec iov[128];
+	size_t start = 0, niov = 0;
+	if (ls->console_fd < 0) {
+		ls->len = 0;
+		return;
+	}
+	for (;;) {
+		char *nl = memchr(ls->buf + start, '\n', ls->len - start);
+		size_t end;
+		if (nl)
+			end = (size_t)(nl - ls->buf) + 1;
+		else if ((final || ls->len == ls->cap) && start < ls->len)
+			end = ls->len;
+		else
+			break;
+		iov[niov++] = (struct iovec){ls->prefix, ls->prefix_len};
+		iov[niov++] = (struct iovec){ls->buf + start, end - start};
+		if (!nl)
+			iov[niov++] = (struct iovec){"\n", 1};
+		start = end;
+		if (niov + 3 > DPTP_ARRAY_LEN(iov)) {
+			size_t total = 0;
+			for (size_t i = 0; i < niov; i++)
+				total += iov[i].iov_len;
+			char *flat = malloc(total);
+			if (flat) {
+				size_t off = 0;
+				for (size_t i = 0; i < niov; i++) {
+					memcpy(flat + off, iov[i].iov_base, iov[i].iov_len);
+					off += iov[i].iov_len;
+				}
+				write_all(ls->console_fd, flat, total);
+				free(flat);
+			}
+			niov = 0;
+		}
+	}
+	if (niov) {
+		size_t total = 0;
+		for (size_t i = 0; i < niov; i++)
+			total += iov[i].iov_len;
+		ssize_t w;
+		do
+			w = writev(ls->console_fd, iov, (int)niov);
+		while (w < 0 && errno == EINTR);
+		if (w >= 0 && (size_t)w < total) {
+			/* short write (a full pipe): finish the rest in order */
+			size_t skip = (size_t)w;
+			for (size_t i = 0; i < niov; i++) {
+				if (skip >= iov[i].iov_len) {
+					skip -= iov[i].iov_len;
+					continue;
+				}
+				write_all(ls->console_fd, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
+				skip = 0;
+			}
+		}
+	}
+	memmove(ls->buf, ls->buf + start, ls->len - start);
+	ls->len -= start;
+}
+
+int log_stream_pump(struct log_stream *ls)
+{
+	if (ls->fd < 0)
+		return 1;
+	for (;;) {
+		ssize_t n = read(ls->fd, ls->buf + ls->len, ls->cap - ls->len);
+		if (n > 0) {
+			if (ls->file_fd >= 0)
+				write_all(ls->file_fd, ls->buf + ls->len, (size_t)n);
+			ls->len += (size_t)n;
+			emit_lines(ls, false);
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return 0;
+		log_stream_release(ls);
+		return 1;
+	}
+}
+
+void log_stream_release(struct log_stream *ls)
+{
+	if (!ls)
+		return;
+	if (ls->buf && ls->len)
+		emit_lines(ls, true);
+	if (ls->fd >= 0)
+		close(ls->fd);
+	if (ls->file_fd >= 0)
+		close(ls->file_fd);
+	free(ls->prefix);
+	free(ls->buf);
+	log_stream_init(ls);
+}

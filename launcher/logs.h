@@ -1,0 +1,46 @@
+/* Worker logs: torchrun's --log-dir layout
+ * <log_dir>/<run_id>_<random>/attempt_<N>/<local_rank>/{stdout,stderr}.log,
+ * and tee'd streams copied line by line to the console with a prefix. */
+#ifndef DPTP_LAUNCHER_LOGS_H
+#define DPTP_LAUNCHER_LOGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "util.h"
+
+struct log_dirs {
+	bool devnull;      /* --log-dir /dev/null: no files at all */
+	char *base_created; /* the /tmp/torchelastic_XXXXXXXX we made, or NULL */
+	char *run_dir;     /* <log_dir>/<run_id>_<random> */
+};
+
+/* log_dir NULL: tempfile.mkdtemp(prefix="torchelastic_"). */
+int log_dirs_init(struct log_dirs *d, const char *log_dir, const char *run_id, struct dptp_err *err);
+/* Creates attempt_<n>/<0..nlocal-1>/; returns attempt dir (malloc'd) in *out. */
+int log_dirs_attempt(struct log_dirs *d, unsigned attempt, unsigned nlocal, char **out, struct dptp_err *err);
+/* Removes the default tmp base when the run wrote no file into it. */
+void log_dirs_release(struct log_dirs *d);
+
+/* One tee'd stream: a pipe from the worker, copied raw to file_fd and, line
+ * by line with prefix, to console_fd. A line is written whole, in one
+ * write(2), so lines of different workers never interleave mid-line. */
+struct log_stream {
+	int fd;          /* read end, -1 when closed */
+	int file_fd;     /* -1: no file */
+	int console_fd;  /* -1: not shown */
+	char *prefix;
+	size_t prefix_len;
+	char *buf;
+	size_t len, cap;
+};
+
+void log_stream_init(struct log_stream *ls);
+/* Takes ownership of fd, file_fd and prefix. */
+int log_stream_open(struct log_stream *ls, int fd, int file_fd, int console_fd, char *prefix);
+/* Reads what is available. Returns 1 at EOF (stream flushed and closed). */
+int log_stream_pump(struct log_stream *ls);
+/* Flushes a partial last line (with a newline) and closes everything. */
+void log_stream_release(struct log_stream *ls);
+
+#endif

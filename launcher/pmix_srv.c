@@ -1,0 +1,460 @@
+/* The launcher's PMIx server (see pmix_srv.h). */
+#include "pmix_srv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <pmix.h>
+#include <pmix_server.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum ev_type { EV_OPDONE, EV_FENCE, EV_FINALIZED, EV_ABORT };
+
+/* One upcall, captured on the PMIx thread, completed on the main thread. */
+struct srv_event {
+	enum ev_type type;
+	pmix_status_t status;
+	pmix_proc_t proc;
+	int abort_status;
+	char *msg;
+	char *data;
+	size_t ndata;
+	pmix_op_cbfunc_t opcb;
+	pmix_modex_cbfunc_t modexcb;
+	void *cbdata;
+};
+
+/* The PMIx module has no context pointer: the write end of the event pipe is
+ * the one piece of state the upcalls need. */
+static int ev_write_fd = -1;
+
+static void post(struct srv_event *ev)
+{
+	ssize_t n;
+	do
+		n = write(ev_write_fd, &ev, sizeof(ev));
+	while (n < 0 && errno == EINTR);
+	/* a pipe write of a pointer is atomic; a failure means the loop is gone */
+}
+
+static struct srv_event *ev_new(enum ev_type type)
+{
+	struct srv_event *ev = calloc(1, sizeof(*ev));
+	if (ev)
+		ev->type = type;
+	return ev;
+}
+
+static pmix_status_t up_finalized(const pmix_proc_t *proc, void *server_object,
+	pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+	struct srv_event *ev = ev_new(EV_FINALIZED);
+	(void)server_object;
+	if (!ev)
+		return PMIX_ERR_NOMEM;
+	ev->proc = *proc;
+	ev->opcb = cbfunc;
+	ev->cbdata = cbdata;
+	post(ev);
+	return PMIX_SUCCESS;
+}
+
+static pmix_status_t up_abort(const pmix_proc_t *proc, void *server_object, int status,
+	const char msg[], pmix_proc_t procs[], size_t nprocs, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+	struct srv_event *ev = ev_new(EV_ABORT);
+	(void)server_object;
+	(void)procs;
+	(void)nprocs; /* any abort ends the whole job, as mpirun does */
+	if (!ev)
+		return PMIX_ERR_NOMEM;
+	ev->proc = *proc;
+	ev->abort_status = status;
+	ev->msg = strdup(msg ? msg : "");
+	ev->opcb = cbfunc;
+	ev->cbdata = cbdata;
+	post(ev);
+	return PMIX_SUCCESS;
+}
+
+/* Called once every local participant of a fence (the whole job or any
+ * subset of it) has contributed. On a single node the local data is all
+ * the data, so the collected blob goes straight back. */
+static pmix_status_t up_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
+	size_t ninfo, char *data, size_t ndata, pmix_modex_cbfunc_t cbfunc, void *cbdata)
+{
+	struct srv_event *ev = ev_new(EV_FENCE);
+	(void)procs;
+	(void)nprocs;
+	(void)info;
+	(void)ninfo;
+	if (!ev)
+		return PMIX_ERR_NOMEM;
+	if (ndata) {
+		ev->data = malloc(ndata);
+		if (!ev->data) {
+			free(ev);
+			return PMIX_ERR_NOMEM;
+		}
+		memcpy(ev->data, data, ndata);
+		ev->ndata = ndata;
+	}
+	ev->modexcb = cbfunc;
+	ev->cbdata = cbdata;
+	post(ev);
+	return PMIX_SUCCESS;
+}
+
+static pmix_server_module_t module = {
+	.client_finalized = up_finalized,
+	.abort = up_abort,
+	.fence_nb = up_fence,
+};
+
+static void opdone(pmix_status_t status, void *cbdata)
+{
+	struct srv_event *ev = ev_new(EV_OPDONE);
+	(void)cbdata;
+	if (!ev)
+		return;
+	ev->status = status;
+	post(ev);
+}
+
+static void release_data(void *cbdata)
+{
+	free(cbdata);
+}
+
+/* Completes one event; returns 1 for an EV_OPDONE (status in *st). */
+static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_srv_sink *sink, pmix_status_t *st)
+{
+	int done = 0;
+	switch (ev->type) {
+	case EV_OPDONE:
+		*st = ev->status;
+		done = 1;
+		break;
+	case EV_FENCE:
+		s->fences++;
+		if (ev->modexcb) {
+			ev->modexcb(PMIX_SUCCESS, ev->data, ev->ndata, ev->cbdata, release_data, ev->data);
+			ev->data = NULL; /* freed by release_data */
+		}
+		break;
+	case EV_FINALIZED:
+		s->finalized++;
+		if (ev->opcb)
+			ev->opcb(PMIX_SUCCESS, ev->cbdata);
+		break;
+	case EV_ABORT:
+		if (sink && sink->abort && ev->proc.rank >= s->base_rank && ev->proc.rank < s->base_rank + s->nlocal &&
+		    !strncmp(ev->proc.nspace, s->nspace, PMIX_MAX_NSLEN))
+			sink->abort(sink->ctx, ev->proc.rank, ev->abort_status, ev->msg);
+		if (ev->opcb)
+			ev->opcb(PMIX_SUCCESS, ev->cbdata);
+		break;
+	}
+	free(ev->msg);
+	free(ev->data);
+	free(ev);
+	return done;
+}
+
+void pmix_srv_dispatch(struct pmix_srv *s, const struct pmix_srv_sink *sink)
+{
+	struct srv_event *batch[64];
+	ssize_t n;
+	pmix_status_t st;
+	if (!s->up)
+		return;
+	while ((n = read(s->evpipe[0], batch, sizeof(batch))) > 0)
+		for (size_t i = 0; i < (size_t)n / sizeof(batch[0]); i++)
+			complete(s, batch[i], sink, &st);
+}
+
+/* Waits (bounded) for `count` EV_OPDONE events, completing others. */
+static int wait_ops(struct pmix_srv *s, unsigned count, const char *what, struct dptp_err *err)
+{
+	double deadline = dptp_now() + 10.0;
+	pmix_status_t first_bad = PMIX_SUCCESS;
+	while (count) {
+		struct srv_event *ev;
+		ssize_t n = read(s->evpipe[0], &ev, sizeof(ev));
+		if (n == (ssize_t)sizeof(ev)) {
+			pmix_status_t st = PMIX_SUCCESS;
+			if (complete(s, ev, NULL, &st)) {
+				count--;
+				if (st != PMIX_SUCCESS && first_bad == PMIX_SUCCESS)
+					first_bad = st;
+			}
+			continue;
+		}
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return dptp_err_set(err, -errno, "pmix event pipe: %s", strerror(errno));
+		double left = deadline - dptp_now();
+		if (left <= 0)
+			return dptp_err_set(err, -ETIMEDOUT, "pmix %s did not complete within 10 s", what);
+		struct pollfd pfd = {.fd = s->evpipe[0], .events = POLLIN};
+		poll(&pfd, 1, (int)(left * 1000) + 1);
+	}
+	if (first_bad != PMIX_SUCCESS)
+		return dptp_err_set(err, -EIO, "pmix %s failed: %s", what, PMIx_Error_string(first_bad));
+	return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void rm_tree(const char *dir)
+{
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err)
+{
+	const char *tmp = getenv("TMPDIR");
+	pmix_info_t info[5];
+	size_t ninfo = 0;
+	bool no = false, hwloc_env = false;
+	pmix_status_t rc;
+
+	memset(s, 0, sizeof(*s));
+	s->evpipe[0] = s->evpipe[1] = -1;
+	if (!tmp || !*tmp)
+		tmp = "/tmp";
+	snprintf(s->tmpdir, sizeof(s->tmpdir), "%s/dptp-run.XXXXXX", tmp);
+	if (!mkdtemp(s->tmpdir)) { /* mkdtemp creates it 0700 */
+		int e = errno;
+		s->tmpdir[0] = '\0';
+		return dptp_err_set(err, -e, "cannot create pmix tmpdir in '%s': %s", tmp, strerror(e));
+	}
+	if (pipe2(s->evpipe, O_CLOEXEC) < 0) {
+		int e = errno;
+		pmix_srv_finalize(s);
+		return dptp_err_set(err, -e, "pipe: %s", strerror(e));
+	}
+	fcntl(s->evpipe[0], F_SETFL, O_NONBLOCK);
+	ev_write_fd = s->evpipe[1];
+
+	/* hwloc's full discovery (and its libxml2 plugin) costs 15-20 ms; the
+	 * server only needs the PU count, which the no_os backend gives in
+	 * microseconds. Workers never see these variables. */
+	if (!getenv("HWLOC_COMPONENTS") && !getenv("DPTP_RUN_FULL_TOPOLOGY")) {
+		setenv("HWLOC_COMPONENTS", "no_os,stop", 1);
+		setenv("HWLOC_PLUGINS_PATH", s->tmpdir, 1);
+		hwloc_env = true;
+	}
+	PMIX_INFO_LOAD(&info[ninfo], PMIX_SERVER_TMPDIR, s->tmpdir, PMIX_STRING);
+	ninfo++;
+	PMIX_INFO_LOAD(&info[ninfo], PMIX_SYSTEM_TMPDIR, s->tmpdir, PMIX_STRING);
+	ninfo++;
+	/* no shared-memory copy of the topology: clients that want one
+	 * discover it themselves */
+	PMIX_INFO_LOAD(&info[ninfo], PMIX_SERVER_SHARE_TOPOLOGY, &no, PMIX_BOOL);
+	ninfo++;
+	PMIX_INFO_LOAD(&info[ninfo], PMIX_SERVER_TOOL_SUPPORT, &no, PMIX_BOOL);
+	ninfo++;
+	rc = PMIx_server_init(&module, info, ninfo);
+	if (hwloc_env) {
+		unsetenv("HWLOC_COMPONENTS");
+		unsetenv("HWLOC_PLUGINS_PATH");
+	}
+	for (size_t i = 0; i < ninfo; i++)
+		PMIX_INFO_DESTRUCT(&info[i]);
+	if (rc != PMIX_SUCCESS) {
+		pmix_srv_finalize(s);
+		return dptp_err_set(err, -EIO, "PMIx_server_init failed: %s", PMIx_Error_string(rc));
+	}
+	s->up = true;
+	return 0;
+}
+
+static int list_add(void *list, const char *key, const void *val, pmix_data_type_t type)
+{
+	return PMIx_Info_list_add(list, key, val, type) == PMIX_SUCCESS ? 0 : -ENOMEM;
+}
+
+int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nlocal,
+	unsigned base_rank, unsigned world, const char *hostname, uid_t uid, gid_t gid,
+	struct dptp_err *err)
+{
+	void *list = NULL;
+	pmix_data_array_t darray = PMIX_DATA_ARRAY_STATIC_INIT;
+	char *peers = NULL, *regex = NULL, *ppn = NULL;
+	size_t plen = (size_t)nlocal * 12 + 1, off = 0;
+	pmix_status_t rc;
+	int ret = -ENOMEM;
+	uint32_t u32;
+	pmix_rank_t rk;
+	bool f = false;
+	unsigned submitted = 0;
+
+	if (!s->up)
+		return dptp_err_set(err, -ENOTCONN, "pmix server is not running");
+	snprintf(s->nspace, sizeof(s->nspace), "%s", nspace);
+	s->nlocal = nlocal;
+	s->base_rank = base_rank;
+
+	peers = malloc(plen);
+	if (!peers)
+		goto nomem;
+	peers[0] = '\0';
+	for (unsigned i = 0; i < nlocal; i++)
+		off += (size_t)snprintf(peers + off, plen - off, "%s%u", i ? "," : "", base_rank + i);
+	if (PMIx_generate_regex(hostname, &regex) != PMIX_SUCCESS || PMIx_generate_ppn(peers, &ppn) != PMIX_SUCCESS) {
+		ret = dptp_err_set(err, -EIO, "pmix cannot encode the node/proc map of '%s'", hostname);
+		goto out;
+	}
+
+	list = PMIx_Info_list_start();
+	if (!list)
+		goto nomem;
+	u32 = world;
+	if (list_add(list, PMIX_UNIV_SIZE, &u32, PMIX_UINT32) || list_add(list, PMIX_JOB_SIZE, &u32, PMIX_UINT32) ||
+	    list_add(list, PMIX_MAX_PROCS, &u32, PMIX_UINT32) || list_add(list, PMIX_APP_SIZE, &u32, PMIX_UINT32))
+		goto nomem;
+	u32 = nlocal;
+	if (list_add(list, PMIX_LOCAL_SIZE, &u32, PMIX_UINT32) || list_add(list, PMIX_NODE_SIZE, &u32, PMIX_UINT32))
+		goto nomem;
+	u32 = 1;
+	if (list_add(list, PMIX_JOB_NUM_APPS, &u32, PMIX_UINT32) || list_add(list, PMIX_NUM_NODES, &u32, PMIX_UINT32))
+		goto nomem;
+	rk = base_rank;
+	if (list_add(list, PMIX_LOCALLDR, &rk, PMIX_PROC_RANK))
+		goto nomem;
+	rk = 0;
+	if (list_add(list, PMIX_APPLDR, &rk, PMIX_PROC_RANK))
+		goto nomem;
+	if (list_add(list, PMIX_LOCAL_PEERS, peers, PMIX_STRING) || list_add(list, PMIX_NODE_MAP, regex, PMIX_REGEX) ||
+	    list_add(list, PMIX_PROC_MAP, ppn, PMIX_REGEX) || list_add(list, PMIX_JOBID, nspace, PMIX_STRING) ||
+	    list_add(list, PMIX_SPAWNED, &f, PMIX_BOOL))
+		goto nomem;
+	for (unsigned i = 0; i < nlocal; i++) {
+		void *pl = PMIx_Info_list_start();
+		pmix_data_array_t pd = PMIX_DATA_ARRAY_STATIC_INIT;
+		pmix_rank_t r = base_rank + i;
+		uint16_t lr = (uint16_t)i;
+		uint32_t zero = 0;
+		int bad;
+		if (!pl)
+			goto nomem;
+		bad = list_add(pl, PMIX_RANK, &r, PMIX_PROC_RANK) || list_add(pl, PMIX_APPNUM, &zero, PMIX_UINT32) ||
+			list_add(pl, PMIX_APP_RANK, &r, PMIX_PROC_RANK) || list_add(pl, PMIX_GLOBAL_RANK, &r, PMIX_PROC_RANK) ||
+			list_add(pl, PMIX_LOCAL_RANK, &lr, PMIX_UINT16) || list_add(pl, PMIX_NODE_RANK, &lr, PMIX_UINT16) ||
+			list_add(pl, PMIX_NODEID, &zero, PMIX_UINT32) || list_add(pl, PMIX_HOSTNAME, hostname, PMIX_STRING) ||
+			PMIx_Info_list_convert(pl, &pd) != PMIX_SUCCESS ||
+			list_add(list, PMIX_PROC_DATA, &pd, PMIX_DATA_ARRAY);
+		PMIX_DATA_ARRAY_DESTRUCT(&pd);
+		PMIx_Info_list_release(pl);
+		if (bad)
+			goto nomem;
+	}
+	if (PMIx_Info_list_convert(list, &darray) != PMIX_SUCCESS)
+		goto nomem;
+
+	rc = PMIx_server_register_nspace(nspace, (int)nlocal, (pmix_info_t *)darray.array, darray.size, opdone, NULL);
+	if (rc == PMIX_SUCCESS)
+		submitted++;
+	else if (rc != PMIX_OPERATION_SUCCEEDED) {
+		ret = dptp_err_set(err, -EIO, "PMIx_server_register_nspace('%s') failed: %s", nspace, PMIx_Error_string(rc));
+		goto out;
+	}
+	if ((ret = wait_ops(s, submitted, "nspace registration", err)) < 0)
+		goto out;
+	s->nspace_registered = true;
+
+	/* every client is registered before any of them is forked */
+	submitted = 0;
+	for (unsigned i = 0; i < nlocal; i++) {
+		pmix_proc_t proc;
+		PMIX_LOAD_PROCID(&proc, nspace, base_rank + i);
+		rc = PMIx_server_register_client(&proc, uid, gid, NULL, opdone, NULL);
+		if (rc == PMIX_SUCCESS)
+			submitted++;
+		else if (rc != PMIX_OPERATION_SUCCEEDED) {
+			wait_ops(s, submitted, "client registration", err);
+			ret = dptp_err_set(err, -EIO, "PMIx_server_register_client(rank %u) failed: %s", base_rank + i, PMIx_Error_string(rc));
+			goto out;
+		}
+	}
+	ret = wait_ops(s, submitted, "client registration", err);
+	goto out;
+nomem:
+	ret = dptp_err_set(err, -ENOMEM, "out of memory building the pmix job description");
+out:
+	if (darray.array)
+		PMIX_DATA_ARRAY_DESTRUCT(&darray);
+	if (list)
+		PMIx_Info_list_release(list);
+	free(regex);
+	free(ppn);
+	free(peers);
+	return ret;
+}
+
+int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct dptp_err *err)
+{
+	pmix_proc_t proc;
+	pmix_status_t rc;
+	if (!s->up || !s->nspace_registered)
+		return 0;
+	PMIX_LOAD_PROCID(&proc, s->nspace, rank);
+	rc = PMIx_server_setup_fork(&proc, env);
+	if (rc != PMIX_SUCCESS)
+		return dptp_err_set(err, -EIO, "PMIx_server_setup_fork(rank %u) failed: %s", rank, PMIx_Error_string(rc));
+	return 0;
+}
+
+void pmix_srv_deregister_job(struct pmix_srv *s)
+{
+	struct dptp_err err = {0};
+	if (!s->up || !s->nspace_registered)
+		return;
+	/* also deregisters the nspace's clients */
+	PMIx_server_deregister_nspace(s->nspace, opdone, NULL);
+	wait_ops(s, 1, "nspace deregistration", &err);
+	s->nspace_registered = false;
+}
+
+int pmix_srv_fd(const struct pmix_srv *s)
+{
+	return s->up ? s->evpipe[0] : -1;
+}
+
+void pmix_srv_finalize(struct pmix_srv *s)
+{
+	if (!s)
+		return;
+	if (s->up) {
+		struct srv_event *ev;
+		PMIx_server_finalize();
+		s->up = false;
+		/* upcalls that raced the shutdown: free them, their library is gone */
+		while (read(s->evpipe[0], &ev, sizeof(ev)) == (ssize_t)sizeof(ev)) {
+			free(ev->msg);
+			free(ev->data);
+			free(ev);
+		}
+	}
+	ev_write_fd = -1;
+	for (int i = 0; i < 2; i++)
+		if (s->evpipe[i] >= 0) {
+			close(s->evpipe[i]);
+			s->evpipe[i] = -1;
+		}
+	if (s->tmpdir[0]) {
+		rm_tree(s->tmpdir);
+		s->tmpdir[0] = '\0';
+	}
+}

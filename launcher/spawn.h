@@ -1,0 +1,27 @@
+/* Starting one worker: own process group, default signal dispositions and
+ * mask, PR_SET_PDEATHSIG, and a close-on-exec exec-status pipe so that an
+ * exec failure comes back as an errno instead of a silent exit 127. */
+#ifndef DPTP_LAUNCHER_SPAWN_H
+#define DPTP_LAUNCHER_SPAWN_H
+
+#include <signal.h>
+#include <sys/types.h>
+
+struct spawn_req {
+	const char *path;
+	char *const *argv;
+	char *const *envp;
+	int stdout_fd; /* -1: inherit */
+	int stderr_fd; /* -1: inherit */
+};
+
+/* Signals whose disposition is not SIG_DFL in the launcher; the child resets
+ * only those. Call once before spawning. */
+void spawn_prepare(void);
+
+/* Returns 0 with the worker's pid in *pid_out, or -errno when it could not
+ * be executed (*pid_out then holds the exited child's pid for the caller to
+ * reap, or 0 when no child was made). */
+int spawn_worker(const struct spawn_req *r, pid_t *pid_out);
+
+#endif

@@ -1,0 +1,539 @@
+/* Worker-group supervision, torchrun's agent in one poll loop (see
+ * supervise.h). Every event (SIGCHLD and forwarded signals through a
+ * signalfd, PMIx upcalls through the server's pipe, tee'd worker output)
+ * arrives on this thread; nothing else touches the job. */
+#include "supervise.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "env.h"
+#include "logs.h"
+#include "pmix_srv.h"
+#include "rendezvous.h"
+#include "report.h"
+#include "spawn.h"
+
+struct worker {
+	unsigned local_rank, global_rank;
+	pid_t pid;
+	bool alive;
+	bool recorded; /* its failure is already in job.fail */
+	int exitcode;
+	char *error_file;
+	struct log_stream out, err;
+};
+
+enum attempt_result { ATT_OK, ATT_FAILED, ATT_SIGNALLED, ATT_ERROR };
+
+struct job {
+	const struct run_opts *o;
+	struct rendezvous rdzv;
+	struct rdzv_info info;
+	struct pmix_srv srv;
+	struct log_dirs logs;
+	struct worker_cmd cmd;
+	struct worker *w;
+	unsigned n, alive;
+	int sigfd;
+	char hostname[256];
+	unsigned restart_count;
+	struct failure *fail;
+	size_t nfail;
+	bool stopping, killed, exec_failed;
+	double deadline;
+	int signal_received;
+	double stop_timeout;
+	bool info_log;
+};
+
+__attribute__((format(printf, 2, 3)))
+static void logmsg(char level, const char *fmt, ...)
+{
+	char pfx[96];
+	va_list ap;
+	env_glog_prefix(level, pfx, sizeof(pfx));
+	fputs(pfx, stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fflush(stderr);
+}
+
+static const char *signame(int sig, char *buf, size_t len)
+{
+	const char *ab = sigabbrev_np(sig);
+	snprintf(buf, len, "SIG%s", ab ? ab : "UNKNOWN");
+	return buf;
+}
+
+static void record(struct job *j, struct worker *w, int exitcode, const char *abort_msg)
+{
+	struct failure *g = realloc(j->fail, (j->nfail + 1) * sizeof(*g));
+	if (!g)
+		return;
+	j->fail = g;
+	failure_init(&j->fail[j->nfail++], w->local_rank, w->global_rank, w->pid, exitcode, w->error_file, abort_msg);
+	w->recorded = true;
+}
+
+static void begin_stop(struct job *j, int sig)
+{
+	char name[32];
+	if (j->stopping)
+		return;
+	j->stopping = true;
+	j->deadline = dptp_now() + j->stop_timeout;
+	for (unsigned i = 0; i < j->n; i++) {
+		struct worker *w = &j->w[i];
+		if (!w->alive)
+			continue;
+		logmsg('W', "Sending process %d closing signal %s", (int)w->pid, signame(sig, name, sizeof(name)));
+		killpg(w->pid, sig);
+	}
+}
+
+static void on_abort(void *ctx, unsigned rank, int status, const char *msg)
+{
+	struct job *j = ctx;
+	struct worker *w;
+	char *text = NULL;
+	if (rank < j->info.base_global_rank || rank - j->info.base_global_rank >= j->n)
+		return;
+	w = &j->w[rank - j->info.base_global_rank];
+	logmsg('E', "rank %u called PMIx_Abort(%d): %s", rank, status, msg);
+	if (!j->stopping && !w->recorded) {
+		if (asprintf(&text, "PMIx_Abort(%d) called by PID %d: %s", status, (int)w->pid, msg) < 0)
+			text = NULL;
+		record(j, w, status ? status : 1, text);
+		free(text);
+	}
+	begin_stop(j, SIGTERM);
+}
+
+static void reap(struct job *j)
+{
+	int st;
+	pid_t pid;
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		struct worker *w = NULL;
+		for (unsigned i = 0; i < j->n; i++)
+			if (j->w[i].pid == pid && j->w[i].alive)
+				w = &j->w[i];
+		if (!w)
+			continue;
+		w->alive = false;
+		j->alive--;
+		w->exitcode = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+		/* what the worker left behind in its process group goes too */
+		killpg(pid, SIGKILL);
+		if (w->exitcode != 0 && !j->stopping) {
+			record(j, w, w->exitcode, NULL);
+			begin_stop(j, SIGTERM);
+		}
+	}
+}
+
+static bool in_filter(const struct run_opts *o, unsigned lr)
+{
+	if (!o->local_ranks_filter)
+		return true;
+	for (size_t i = 0; i < o->nlocal_ranks_filter; i++)
+		if (o->local_ranks_filter[i] == (int)lr)
+			return true;
+	return false;
+}
+
+/* Sets *child to the fd the worker's stream `bit` (1 out, 2 err) gets, -1
+ * to inherit; opens a tee stream when the launcher copies it. */
+static int setup_stream(struct job *j, struct worker *w, const char *attempt_dir, int bit, int *child, struct dptp_err *err)
+{
+	const struct run_opts *o = j->o;
+	unsigned lr = w->local_rank;
+	int rd = run_std_for(&o->redirects, lr) | run_std_for(&o->tee, lr);
+	int tee = run_std_for(&o->tee, lr);
+	bool shown = in_filter(o, lr);
+	char path[4300];
+	*child = -1;
+	if (!(rd & bit)) {
+		if (shown)
+			return 0;
+		*child = open("/dev/null", O_WRONLY | O_CLOEXEC);
+		return *child < 0 ? dptp_err_set(err, -errno, "/dev/null: %s", strerror(errno)) : 0;
+	}
+	if (j->logs.devnull)
+		snprintf(path, sizeof(path), "/dev/null");
+	else
+		snprintf(path, sizeof(path), "%s/%u/%s", attempt_dir, lr, bit == 1 ? "stdout.log" : "stderr.log");
+	int file = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (file < 0)
+		return dptp_err_set(err, -errno, "cannot open '%s': %s", path, strerror(errno));
+	if (!(tee & bit) || !shown) {
+		*child = file;
+		return 0;
+	}
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		close(file);
+		return dptp_err_set(err, -errno, "pipe: %s", strerror(errno));
+	}
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	char *prefix;
+	const char *tmpl = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+	char rank[16], lrs[16];
+	snprintf(rank, sizeof(rank), "%u", w->global_rank);
+	snprintf(lrs, sizeof(lrs), "%u", lr);
+	if (tmpl) {
+		const char *keys[] = {"role_name", "rank", "local_rank"};
+		const char *vals[] = {o->role, rank, lrs};
+		prefix = env_template_subst(tmpl, keys, vals, 3);
+	} else if (asprintf(&prefix, "[%s%u]:", o->role, lr) < 0) {
+		prefix = NULL;
+	}
+	struct log_stream *ls = bit == 1 ? &w->out : &w->err;
+	if (!prefix || log_stream_open(ls, p[0], file, bit == 1 ? STDOUT_FILENO : STDERR_FILENO, prefix) < 0) {
+		if (!ls->prefix)
+			free(prefix);
+		log_stream_release(ls);
+		close(p[0]);
+		close(p[1]);
+		close(file);
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	}
+	*child = p[1];
+	return 0;
+}
+
+static int start_workers(struct job *j, const char *attempt_dir, struct dptp_err *err)
+{
+	const struct run_opts *o = j->o;
+	for (unsigned i = 0; i < j->n; i++) {
+		struct worker *w = &j->w[i];
+		struct worker_env_spec spec = {
+			.local_rank = i,
+			.global_rank = w->global_rank,
+			.role_rank = j->info.base_role_rank + i,
+			.local_world_size = j->n,
+			.rdzv = &j->info,
+			.role = o->role,
+			.restart_count = j->restart_count,
+			.max_restarts = o->max_restarts,
+			.error_file = w->error_file,
+			.virtual_local_rank = o->virtual_local_rank,
+		};
+		int out_fd = -1, err_fd = -1, rc;
+		char **envp = env_build(&spec);
+		char **argv = env_argv_for(&j->cmd, i);
+		pid_t pid = 0;
+		if (!envp || !argv) {
+			env_strv_free(envp);
+			env_strv_free(argv);
+			return dptp_err_set(err, -ENOMEM, "out of memory");
+		}
+		rc = pmix_srv_setup_fork(&j->srv, w->global_rank, &envp, err);
+		if (rc == 0)
+			rc = setup_stream(j, w, attempt_dir, 1, &out_fd, err);
+		if (rc == 0)
+			rc = setup_stream(j, w, attempt_dir, 2, &err_fd, err);
+		if (rc == 0) {
+			struct spawn_req req = {
+				.path = j->cmd.path, .argv = argv, .envp = envp,
+				.stdout_fd = out_fd, .stderr_fd = err_fd,
+			};
+			rc = spawn_worker(&req, &pid);
+			if (pid > 0) {
+				w->pid = pid;
+				w->alive = true;
+				j->alive++;
+			}
+			if (rc < 0) {
+				j->exec_failed = true;
+				dptp_err_set(err, rc, "cannot execute '%s': %s (errno %d)", j->cmd.path, strerror(-rc), -rc);
+			}
+		}
+		if (out_fd >= 0)
+			close(out_fd);
+		if (err_fd >= 0)
+			close(err_fd);
+		env_strv_free(envp);
+		env_strv_free(argv);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static bool streams_open(const struct job *j)
+{
+	for (unsigned i = 0; i < j->n; i++)
+		if (j->w[i].out.fd >= 0 || j->w[i].err.fd >= 0)
+			return true;
+	return false;
+}
+
+static void monitor(struct job *j)
+{
+	const struct pmix_srv_sink sink = {.abort = on_abort, .ctx = j};
+	size_t cap = 2 + 2 * (size_t)j->n;
+	struct pollfd *pfd = calloc(cap, sizeof(*pfd));
+	struct log_stream **map = calloc(cap, sizeof(*map));
+	double drain_deadline = 0;
+	if (!pfd || !map) {
+		free(pfd);
+		free(map);
+		return;
+	}
+	for (;;) {
+		double now = dptp_now();
+		if (j->alive == 0) {
+			if (!streams_open(j))
+				break;
+			if (drain_deadline == 0)
+				drain_deadline = now + 2.0;
+			else if (now >= drain_deadline)
+				break;
+		}
+		if (j->stopping && j->alive && now >= j->deadline) {
+			if (!j->killed) {
+				char a[32], b[32];
+				for (unsigned i = 0; i < j->n; i++)
+					if (j->w[i].alive) {
+						logmsg('W', "Unable to shutdown process %d via %s, forcefully exiting via %s",
+							(int)j->w[i].pid, signame(j->signal_received ? j->signal_received : SIGTERM, a, sizeof(a)),
+							signame(SIGKILL, b, sizeof(b)));
+						killpg(j->w[i].pid, SIGKILL);
+					}
+				j->killed = true;
+				j->deadline = now + 10.0;
+			} else {
+				logmsg('E', "%u worker(s) did not exit 10 s after SIGKILL; giving up on them", j->alive);
+				break;
+			}
+		}
+		double timeout = j->o->monitor_interval;
+		if (j->stopping && j->alive && j->deadline - now < timeout)
+			timeout = j->deadline - now;
+		if (j->alive == 0 && drain_deadline - now < timeout)
+			timeout = drain_deadline - now;
+		if (timeout < 0)
+			timeout = 0;
+
+		size_t n = 0;
+		pfd[n++] = (struct pollfd){.fd = j->sigfd, .events = POLLIN};
+		pfd[n++] = (struct pollfd){.fd = pmix_srv_fd(&j->srv), .events = POLLIN};
+		for (unsigned i = 0; i < j->n; i++) {
+			struct log_stream *s[2] = {&j->w[i].out, &j->w[i].err};
+			for (int k = 0; k < 2; k++)
+				if (s[k]->fd >= 0) {
+					map[n] = s[k];
+					pfd[n++] = (struct pollfd){.fd = s[k]->fd, .events = POLLIN};
+				}
+		}
+		int r = poll(pfd, (nfds_t)n, (int)(timeout * 1000.0 + 0.999));
+		if (r < 0 && errno != EINTR)
+			break;
+		if (pfd[0].revents) {
+			struct signalfd_siginfo si[16];
+			ssize_t got;
+			while ((got = read(j->sigfd, si, sizeof(si))) > 0)
+				for (size_t k = 0; k < (size_t)got / sizeof(si[0]); k++) {
+					int sig = (int)si[k].ssi_signo;
+					if (sig == SIGCHLD || j->signal_received)
+						continue;
+					logmsg('W', "Received %d death signal, shutting down workers", sig);
+					j->signal_received = sig;
+					j->stopping = false; /* forward this very signal */
+					begin_stop(j, sig);
+				}
+		}
+		if (pfd[1].fd >= 0 && pfd[1].revents)
+			pmix_srv_dispatch(&j->srv, &sink);
+		for (size_t k = 2; k < n; k++)
+			if (pfd[k].revents)
+				log_stream_pump(map[k]);
+		reap(j); /* on SIGCHLD, and as the monitor-interval safety net */
+	}
+	for (unsigned i = 0; i < j->n; i++) {
+		log_stream_release(&j->w[i].out);
+		log_stream_release(&j->w[i].err);
+	}
+	free(pfd);
+	free(map);
+}
+
+static void free_workers(struct job *j)
+{
+	for (unsigned i = 0; i < j->n && j->w; i++) {
+		log_stream_release(&j->w[i].out);
+		log_stream_release(&j->w[i].err);
+		free(j->w[i].error_file);
+	}
+	free(j->w);
+	j->w = NULL;
+	for (size_t i = 0; i < j->nfail; i++)
+		failure_release(&j->fail[i]);
+	free(j->fail);
+	j->fail = NULL;
+	j->nfail = 0;
+}
+
+static enum attempt_result attempt(struct job *j)
+{
+	const struct run_opts *o = j->o;
+	struct dptp_err err = {0};
+	char *attempt_dir = NULL;
+	char nspace[128];
+	enum attempt_result res = ATT_ERROR;
+
+	j->stopping = j->killed = j->exec_failed = false;
+	j->signal_received = 0;
+	j->alive = 0;
+	if (j->rdzv.ops->next(&j->rdzv, j->restart_count, &j->info, &err) < 0)
+		goto error;
+	if (log_dirs_attempt(&j->logs, j->restart_count, j->n, &attempt_dir, &err) < 0)
+		goto error;
+	j->w = calloc(j->n, sizeof(*j->w));
+	if (!j->w) {
+		dptp_err_set(&err, -ENOMEM, "out of memory");
+		goto error;
+	}
+	for (unsigned i = 0; i < j->n; i++) {
+		struct worker *w = &j->w[i];
+		w->local_rank = i;
+		w->global_rank = j->info.base_global_rank + i;
+		log_stream_init(&w->out);
+		log_stream_init(&w->err);
+		if (j->logs.devnull)
+			w->error_file = strdup("");
+		else if (asprintf(&w->error_file, "%s/%u/error.json", attempt_dir, i) < 0)
+			w->error_file = NULL;
+		if (!w->error_file) {
+			dptp_err_set(&err, -ENOMEM, "out of memory");
+			goto error;
+		}
+	}
+	if (j->srv.up) {
+		snprintf(nspace, sizeof(nspace), "dptp-run.%d.%u", (int)getpid(), j->restart_count);
+		if (pmix_srv_register_job(&j->srv, nspace, j->n, j->info.base_global_rank, j->info.global_world_size,
+			j->hostname, getuid(), getgid(), &err) < 0)
+			goto error;
+	}
+	if (start_workers(j, attempt_dir, &err) < 0) {
+		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
+		begin_stop(j, SIGTERM);
+		monitor(j);
+		res = ATT_ERROR;
+		goto out;
+	}
+	monitor(j);
+	if (j->signal_received) {
+		res = ATT_SIGNALLED;
+		goto out;
+	}
+	/* the siblings that ended badly once the first failure stopped them */
+	for (unsigned i = 0; i < j->n; i++)
+		if (j->w[i].exitcode != 0 && !j->w[i].recorded && !j->w[i].alive)
+			record(j, &j->w[i], j->w[i].exitcode, NULL);
+	if (j->nfail) {
+		const struct failure *f = &j->fail[0];
+		logmsg('E', "failed (exitcode: %d) local_rank: %u (pid: %d) of binary: %s", f->exitcode, f->local_rank,
+			(int)f->pid, o->no_python && !o->run_path ? o->script : j->cmd.path);
+		res = ATT_FAILED;
+	} else {
+		res = ATT_OK;
+	}
+	goto out;
+error:
+	fprintf(stderr, "dptp-run: error: %s\n", err.msg);
+out:
+	pmix_srv_deregister_job(&j->srv);
+	free(attempt_dir);
+	return res;
+}
+
+int supervise_run(const struct run_opts *o)
+{
+	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .stop_timeout = 30.0};
+	struct dptp_err err = {0};
+	sigset_t set;
+	int status = 1;
+	const char *env;
+
+	if ((env = getenv("DPTP_RUN_STOP_TIMEOUT")) && dptp_parse_double(env, 0, 86400, &j.stop_timeout) < 0) {
+		fprintf(stderr, "dptp-run: error: invalid DPTP_RUN_STOP_TIMEOUT '%s'\n", env);
+		return 2;
+	}
+	env = getenv("LOGLEVEL");
+	j.info_log = env && (!strcasecmp(env, "INFO") || !strcasecmp(env, "DEBUG"));
+
+	/* every signal we care about arrives through the signalfd; blocked
+	 * before PMIx starts its threads so that they inherit the mask */
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	for (size_t i = 0; i < o->nsignals; i++)
+		sigaddset(&set, o->signals[i]);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0 || (j.sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
+		fprintf(stderr, "dptp-run: error: signalfd: %s\n", strerror(errno));
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the launcher */
+
+	if (rendezvous_init(&j.rdzv, o, &err) < 0 || log_dirs_init(&j.logs, o->log_dir, j.rdzv.run_id, &err) < 0 ||
+	    env_build_command(o, &j.cmd, &err) < 0) {
+		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
+		goto out;
+	}
+	spawn_prepare();
+	if (gethostname(j.hostname, sizeof(j.hostname) - 1) < 0)
+		snprintf(j.hostname, sizeof(j.hostname), "localhost");
+	if (pmix_srv_init(&j.srv, &err) < 0)
+		fprintf(stderr, "dptp-run: warning: %s; workers get no PMIx server\n", err.msg);
+
+	for (;;) {
+		enum attempt_result r = attempt(&j);
+		if (r == ATT_OK) {
+			status = 0;
+			break;
+		}
+		if (r == ATT_SIGNALLED) {
+			fprintf(stderr, "SignalException: Process %d got signal: %d\n", (int)getpid(), j.signal_received);
+			break;
+		}
+		if (r == ATT_ERROR)
+			break;
+		if (j.restart_count < o->max_restarts) {
+			unsigned left = o->max_restarts - j.restart_count;
+			if (j.info_log)
+				logmsg('I', "[%s] Worker group FAILED. %u/%u attempts left; will restart worker group", o->role, left,
+					o->max_restarts);
+			free_workers(&j);
+			j.restart_count++;
+			continue;
+		}
+		char host[256];
+		rdzv_fqdn(host, sizeof(host));
+		fputs("ChildFailedError: \n", stderr);
+		report_write(stderr, j.cmd.entry_name, j.fail, j.nfail, host);
+		break;
+	}
+out:
+	free_workers(&j);
+	pmix_srv_finalize(&j.srv);
+	if (j.rdzv.ops)
+		j.rdzv.ops->shutdown(&j.rdzv);
+	log_dirs_release(&j.logs);
+	env_command_release(&j.cmd);
+	if (j.sigfd >= 0)
+		close(j.sigfd);
+	return status;
+}
