@@ -118,7 +118,7 @@ int dptp_check_main(int argc, char **argv)
 		struct dptp_check_result *r = &res[nres++];
 		snprintf(r->name, sizeof(r->name), "%s", dptp_checks[i]->name);
 		if (c.x.broken) {
-			dptp_result_set(r, DPTP_TIMEOUT, "not run: an earlier check timed out");
+			dptp_result_set(r, DPTP_SKIP, "not run: an earlier check timed out");
 			continue;
 		}
 		maybe_stall(&c, r->name);
@@ -146,7 +146,7 @@ int dptp_check_main(int argc, char **argv)
 		if (dptp_fault_on(o.inject, f))
 			inject[rep.ninject++] = dptp_faults[f].name;
 	rep.inject = inject;
-	double gather_timeout = c.x.broken ? 0.5 : o.timeout;
+	double gather_timeout = c.x.broken ? 0.3 : o.timeout;
 	rc = dptp_gather_results(&c, res, nres, gather_timeout, &rep, &err);
 	int code;
 	enum dptp_status worst = DPTP_PASS;
@@ -171,7 +171,7 @@ int dptp_check_main(int argc, char **argv)
 	/* the verdict is the same on every rank, and no rank leaves (which
 	 * makes launchers kill its siblings) before rank 0 has written */
 	int32_t shared = code;
-	c.x.deadline = dptp_now() + (c.x.broken || rc < 0 ? 0.5 : 5.0);
+	c.x.deadline = dptp_now() + (c.x.broken || rc < 0 ? 0.3 : 5.0);
 	bool was_broken = c.x.broken;
 	c.x.broken = false;
 	struct dptp_err e2 = {0};

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""End-to-end: dptp-check under a real launcher, every fault, replica by
+replica, against outcomes derived from each bug's mechanism.
+
+usage: matrix.py --check PATH --launcher mpirun|dptp-run|srun [--run PATH] [--only NAME]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+CHECKS = ["broadcast", "opid", "device-map", "fused-allreduce", "dispatch"]
+FAULTS = ["bcast-global-src", "opid-seeded", "device-tp-rank", "world-workspace", "dispatch-ep-group"]
+SMALL = ["--tokens", "8", "--hidden", "64", "--timeout", "20"]
+
+
+def launch_cmd(args, np):
+    if args.launcher == "mpirun":
+        return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np)]
+    if args.launcher == "dptp-run":
+        return [args.run, "--nproc-per-node=%d" % np, "--no-python"]
+    if args.launcher == "srun":
+        return ["srun", "--mpi=pmix", "-n", str(np), "--overcommit"]
+    raise SystemExit("unknown launcher " + args.launcher)
+
+
+def run(args, np, dp, tp, pp=1, inject=None, extra=(), env=None):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        cmd = launch_cmd(args, np) + [args.check, "--dp", str(dp), "--tp", str(tp), "--pp", str(pp),
+                                      "--format", "json", "--output", out] + SMALL + list(extra)
+        if inject:
+            cmd += ["--inject", inject]
+        e = dict(os.environ, NO_COLOR="1")
+        if env:
+            e.update(env)
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=120)
+        dt = time.monotonic() - t0
+        rep = None
+        if os.path.exists(out):
+            with open(out) as f:
+                rep = json.load(f)
+        return p, rep, dt
+
+
+def status(rep, d, check):
+    for r in rep["replicas"]:
+        if r["dp"] == d:
+            for c in r["checks"]:
+                if c["name"] == check:
+                    return c["status"], c["detail"]
+    raise KeyError((d, check))
+
+
+def expected(dp, pp, tp, fault, hosts=1, ranks_per_host=None):
+    """Outcome per (replica, check): 'pass', 'fail', 'skip', or None (may fail).
+    Derived from the mechanisms in reference/BUGS.md, for one host."""
+    world = dp * pp * tp
+    exp = {}
+    for d in range(dp):
+        for c in CHECKS:
+            exp[(d, c)] = "pass"
+        if tp == 1 and pp == 1:
+            exp[(d, "broadcast")] = "skip"
+        if tp == 1:
+            exp[(d, "opid")] = "skip"
+    single_tp_group = dp == 1 and pp == 1
+    if fault is None or single_tp_group:
+        return exp
+
+    def tp_groups_of(d):
+        base = d * pp * tp
+        return [list(range(base + s * tp, base + (s + 1) * tp)) for s in range(pp)]
+
+    def pp_groups_of(d):
+        base = d * pp * tp
+        return [[base + s * tp + t for s in range(pp)] for t in range(tp)]
+
+    if fault == "bcast-global-src":
+        # a group fails when some local root index is not one of its members
+        for d in range(dp):
+            groups = (tp_groups_of(d) if tp > 1 else []) + (pp_groups_of(d) if pp > 1 else [])
+            bad = any(any(i not in g for i in range(len(g))) for g in groups)
+            tp_bad = tp > 1 and any(any(i not in g for i in range(len(g))) for g in tp_groups_of(d))
+            if bad:
+                exp[(d, "broadcast")] = "fail"
+            if tp_bad:
+                exp[(d, "opid")] = "fail"
+                exp[(d, "fused-allreduce")] = "fail"
+    elif fault == "opid-seeded":
+        if tp > 1 and world // tp > 1:  # several TP groups share the host
+            for d in range(dp):
+                exp[(d, "opid")] = "fail"
+                exp[(d, "fused-allreduce")] = None
+    elif fault == "device-tp-rank":
+        # device = tp_rank; right only where tp_rank == local_rank
+        for d in range(dp):
+            wrong = any((r % tp) != r for r in range(d * pp * tp, (d + 1) * pp * tp))
+            if wrong:
+                exp[(d, "device-map")] = "fail"
+    elif fault == "world-workspace":
+        if tp > 1:
+            for d in range(dp):
+                exp[(d, "fused-allreduce")] = None
+            exp[(dp - 1, "fused-allreduce")] = "fail" if dp > 1 else None
+            if pp > 1 and dp == 1:
+                exp[(0, "fused-allreduce")] = None
+    elif fault == "dispatch-ep-group":
+        if tp > 1 and dp > 1:
+            for d in range(1, dp):
+                exp[(d, "dispatch")] = "fail"
+            # replica 0's slice comes from EP rank 0 = its own first rank
+    return exp
+
+
+def verify(name, rep, exp, failures):
+    for (d, c), want in sorted(exp.items()):
+        got, detail = status(rep, d, c)
+        if want is None:
+            if got not in ("pass", "fail"):
+                failures.append("%s: dp%d/%s is %s (%s), want pass or fail" % (name, d, c, got, detail))
+            continue
+        if got != want:
+            failures.append("%s: dp%d/%s is %s, want %s: %s" % (name, d, c, got, want, detail[:300]))
+
+
+LAYOUTS = {
+    "dp2tp2": (4, 2, 1, 2),
+    "dp4tp2": (8, 4, 1, 2),
+    "dp2tp4": (8, 2, 1, 4),
+    "dp2pp2tp2": (8, 2, 2, 2),
+    "dp1tp4": (4, 1, 1, 4),
+    "dp4tp1": (4, 4, 1, 1),
+    "dp1pp2tp2": (4, 1, 2, 2),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", required=True)
+    ap.add_argument("--launcher", default="mpirun")
+    ap.add_argument("--run")
+    ap.add_argument("--layouts", default="dp2tp2,dp4tp2,dp2tp4,dp2pp2tp2,dp1tp4,dp4tp1")
+    args = ap.parse_args()
+    failures = []
+    n = 0
+    for lname in args.layouts.split(","):
+        np_, dp, pp, tp = LAYOUTS[lname]
+        for fault in [None] + FAULTS:
+            name = "%s %s" % (lname, fault or "no-fault")
+            p, rep, dt = run(args, np_, dp, tp, pp, fault)
+            n += 1
+            if rep is None:
+                failures.append("%s: no report (rc %d): %s" % (name, p.returncode, p.stderr[-500:]))
+                continue
+            exp = expected(dp, pp, tp, fault)
+            before = len(failures)
+            verify(name, rep, exp, failures)
+            anyfail = any(s == "fail" for s in [status(rep, d, c)[0] for d in range(dp) for c in CHECKS])
+            want_rc = 1 if anyfail else 0
+            if p.returncode != want_rc:
+                failures.append("%s: exit %d, want %d" % (name, p.returncode, want_rc))
+            if rep["inject"] != ([fault] if fault else []):
+                failures.append("%s: inject %r" % (name, rep["inject"]))
+            print("%-28s %s %.2fs" % (name, "ok" if len(failures) == before else "FAILED", dt), flush=True)
+    for f in failures:
+        print("FAIL:", f)
+    print("%d runs, %d problems" % (n, len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""End-to-end robustness: a peer that never answers becomes `timeout` with a
+report and exit 4; two jobs at once on one host don't disturb each other;
+a layout that doesn't match the world is a usage error (exit 2).
+
+usage: robust.py --check PATH [--launcher mpirun|dptp-run] [--run PATH]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from matrix import launch_cmd  # noqa: E402
+
+SMALL = ["--tokens", "8", "--hidden", "64"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", required=True)
+    ap.add_argument("--launcher", default="mpirun")
+    ap.add_argument("--run")
+    args = ap.parse_args()
+    problems = []
+    env = dict(os.environ, NO_COLOR="1")
+
+    # 1. a stopped peer: timeout verdict, a report, exit 4, bounded time
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        e = dict(env, DPTP_TEST_STALL_RANK="3", DPTP_TEST_STALL_CHECK="fused-allreduce")
+        cmd = launch_cmd(args, 4)
+        if args.launcher == "mpirun":
+            cmd += ["-x", "DPTP_TEST_STALL_RANK", "-x", "DPTP_TEST_STALL_CHECK"]
+        cmd += [args.check, "--dp", "2", "--tp", "2", "--timeout", "2", "--format", "json", "--output", out] + SMALL
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=60)
+        dt = time.monotonic() - t0
+        if p.returncode != 4:
+            problems.append("stall: exit %d, want 4: %s" % (p.returncode, p.stderr[-400:]))
+        if not os.path.exists(out):
+            problems.append("stall: no report written")
+        else:
+            rep = json.load(open(out))
+            st = {(r["dp"], c["name"]): c["status"] for r in rep["replicas"] for c in r["checks"]}
+            if st[(0, "fused-allreduce")] != "timeout" or st[(1, "fused-allreduce")] != "timeout":
+                problems.append("stall: fused-allreduce not timeout: %r" % st)
+            if st[(0, "broadcast")] != "pass":
+                problems.append("stall: checks before the stall lost: %r" % st)
+            if rep["summary"]["timeout"] < 2:
+                problems.append("stall: summary %r" % rep["summary"])
+        print("stalled peer: exit %d in %.2fs (timeout 2 s)" % (p.returncode, dt))
+        # the launcher's own teardown of a stopped process is not ours to time
+        if dt > 2 + 1 + 3:
+            problems.append("stall: took %.2fs" % dt)
+
+    # 2. two jobs at once on the same host
+    with tempfile.TemporaryDirectory() as d:
+        procs = []
+        for j in range(2):
+            out = os.path.join(d, "r%d.json" % j)
+            cmd = launch_cmd(args, 4) + [args.check, "--dp", "2", "--tp", "2", "--format", "json",
+                                         "--output", out, "--tokens", "64", "--hidden", "512"]
+            procs.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env), out))
+        for j, (pr, out) in enumerate(procs):
+            o, e = pr.communicate(timeout=120)
+            if pr.returncode != 0:
+                problems.append("two jobs: job %d exit %d: %s" % (j, pr.returncode, e.decode()[-400:]))
+            elif json.load(open(out))["summary"]["pass"] != 10:
+                problems.append("two jobs: job %d: %s" % (j, open(out).read()[:400]))
+        print("two concurrent jobs: done")
+
+    # 3. layout that doesn't match the world
+    p = subprocess.run(launch_cmd(args, 4) + [args.check, "--dp", "3", "--tp", "2"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    if p.returncode != 2 or "3*1*2 = 6" not in p.stderr or "world size 4" not in p.stderr:
+        problems.append("layout mismatch: exit %d, stderr %r" % (p.returncode, p.stderr[-300:]))
+    print("layout mismatch: exit %d" % p.returncode)
+
+    for pr in problems:
+        print("FAIL:", pr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
