@@ -3,25 +3,6 @@
 #include <errno.h>
 #include <stdio.h>
 
-float dptp_load_elt(const void *p, size_t i, enum dptp_dtype dt)
-{
-	switch (dt) {
-	case DPTP_DTYPE_FP32: return ((const float *)p)[i];
-	case DPTP_DTYPE_BF16: return dptp_bf16_to_f32(((const uint16_t *)p)[i]);
-	case DPTP_DTYPE_FP16: return dptp_f16_to_f32(((const uint16_t *)p)[i]);
-	}
-	return 0;
-}
-
-void dptp_store_elt(void *p, size_t i, float v, enum dptp_dtype dt)
-{
-	switch (dt) {
-	case DPTP_DTYPE_FP32: ((float *)p)[i] = v; break;
-	case DPTP_DTYPE_BF16: ((uint16_t *)p)[i] = dptp_f32_to_bf16(v); break;
-	case DPTP_DTYPE_FP16: ((uint16_t *)p)[i] = dptp_f32_to_f16(v); break;
-	}
-}
-
 void dptp_reduce_sum(void *out, const void *const *in, int n, size_t count, enum dptp_dtype dt)
 {
 	for (size_t i = 0; i < count; i++) {

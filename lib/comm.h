@@ -52,7 +52,5 @@ int dptp_xchg_bcast_buf(struct dptp_exchange *x, struct dptp_comm *c, const stru
 /* Sum of n buffers of count elements in rank order, fp32 accumulation,
  * rounded once to dt. Shared by every backend's reference path. */
 void dptp_reduce_sum(void *out, const void *const *in, int n, size_t count, enum dptp_dtype dt);
-float dptp_load_elt(const void *p, size_t i, enum dptp_dtype dt);
-void dptp_store_elt(void *p, size_t i, float v, enum dptp_dtype dt);
 
 #endif

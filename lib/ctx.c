@@ -6,12 +6,43 @@
 #include <string.h>
 #include <unistd.h>
 
+static uint64_t input_key(uint64_t seed, uint64_t stream)
+{
+	return dptp_mix64(dptp_mix64(seed ^ 0x5eedULL) ^ (stream * 0x9e3779b97f4a7c15ULL + 1));
+}
+
+/* Each 64-bit hash gives 16 values of 4 bits: -4 .. 3.5 in steps of 0.5,
+ * exact in bf16, fp16 and fp32, and sums of a few dozen stay exact. */
+static float value_of(uint64_t key, uint64_t index)
+{
+	uint64_t h = dptp_mix64(key + index / 16);
+	return (float)((int)((h >> (4 * (index % 16))) & 15) - 8) * 0.5f;
+}
+
 float dptp_input_value(uint64_t seed, uint64_t stream, uint64_t index)
 {
-	uint64_t h = dptp_mix64(dptp_mix64(seed ^ 0x5eedULL) ^ dptp_mix64(stream * 0x9e37ULL + 1) ^ index);
-	/* -4 .. 3.5 in steps of 0.5: exact in bf16, fp16 and fp32, and sums of a
-	 * few dozen stay exact */
-	return (float)((int)(h % 16) - 8) * 0.5f;
+	return value_of(input_key(seed, stream), index);
+}
+
+void dptp_input_fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dptp_dtype dt)
+{
+	uint64_t key = input_key(seed, stream);
+	float tab[16];
+	uint16_t tab16[16];
+	for (int v = 0; v < 16; v++) {
+		tab[v] = (float)(v - 8) * 0.5f;
+		tab16[v] = dt == DPTP_DTYPE_BF16 ? dptp_f32_to_bf16(tab[v]) : dptp_f32_to_f16(tab[v]);
+	}
+	for (size_t base = 0; base < n; base += 16) {
+		uint64_t h = dptp_mix64(key + base / 16);
+		size_t m = n - base < 16 ? n - base : 16;
+		if (dt == DPTP_DTYPE_FP32)
+			for (size_t k = 0; k < m; k++)
+				((float *)p)[base + k] = tab[(h >> (4 * k)) & 15];
+		else
+			for (size_t k = 0; k < m; k++)
+				((uint16_t *)p)[base + k] = tab16[(h >> (4 * k)) & 15];
+	}
 }
 
 int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dptp_params *p,

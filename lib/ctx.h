@@ -55,5 +55,7 @@ void dptp_ctx_release(struct dptp_ctx *c);
 /* Deterministic input of (seed, global rank or replica, index): small
  * integers and halves that every dtype holds exactly. */
 float dptp_input_value(uint64_t seed, uint64_t stream, uint64_t index);
+/* n values of one stream, indices 0..n-1, stored as dt. */
+void dptp_input_fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dptp_dtype dt);
 
 #endif

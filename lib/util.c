@@ -88,14 +88,6 @@ int dptp_parse_double(const char *s, double min, double max, double *out)
 	return 0;
 }
 
-uint64_t dptp_mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ULL;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-	return x ^ (x >> 31);
-}
-
 int dptp_entropy(void *buf, size_t len)
 {
 	unsigned char *p = buf;
@@ -112,62 +104,3 @@ int dptp_entropy(void *buf, size_t len)
 	return 0;
 }
 
-static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
-uint16_t dptp_f32_to_bf16(float f)
-{
-	uint32_t u = f2u(f);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (uint16_t)(u >> 16);
-}
-
-float dptp_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
-
-uint16_t dptp_f32_to_f16(float f)
-{
-	uint32_t x = f2u(f);
-	uint32_t sign = (x >> 16) & 0x8000u;
-	uint32_t mant = x & 0x007fffffu;
-	int exp = (int)((x >> 23) & 0xff);
-	if (exp == 0xff)
-		return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
-	int e = exp - 127 + 15;
-	if (e >= 0x1f)
-		return (uint16_t)(sign | 0x7c00u);
-	if (e <= 0) {
-		if (e < -10)
-			return (uint16_t)sign;
-		mant |= 0x00800000u;
-		unsigned shift = (unsigned)(14 - e);
-		uint32_t half = 1u << (shift - 1);
-		uint32_t r = mant >> shift;
-		uint32_t rem = mant & ((1u << shift) - 1);
-		if (rem > half || (rem == half && (r & 1u)))
-			r++;
-		return (uint16_t)(sign | r);
-	}
-	uint32_t r = ((uint32_t)e << 10) | (mant >> 13);
-	uint32_t rem = mant & 0x1fffu;
-	if (rem > 0x1000u || (rem == 0x1000u && (r & 1u)))
-		r++;
-	return (uint16_t)(sign | r);
-}
-
-float dptp_f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t exp = (h >> 10) & 0x1fu;
-	uint32_t mant = h & 0x3ffu;
-	if (exp == 0) {
-		if (mant == 0)
-			return u2f(sign);
-		float v = (float)mant / 1024.0f / 16384.0f;
-		return sign ? -v : v;
-	}
-	if (exp == 31)
-		return u2f(sign | 0x7f800000u | (mant << 13));
-	return u2f(sign | ((exp + 112) << 23) | (mant << 13));
-}

@@ -38,15 +38,18 @@ int dptp_parse_u64(const char *s, uint64_t min, uint64_t max, bool allow_suffix,
 int dptp_parse_double(const char *s, double min, double max, double *out);
 
 /* Deterministic 64-bit mixing (splitmix64), used for inputs and names. */
-uint64_t dptp_mix64(uint64_t x);
+static inline uint64_t dptp_mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
 
 /* Reads the whole getrandom(2) entropy into buf. Returns 0 or -errno. */
 int dptp_entropy(void *buf, size_t len);
 
-/* fp16/bf16 <-> float, round to nearest even. */
-uint16_t dptp_f32_to_bf16(float f);
-float dptp_bf16_to_f32(uint16_t h);
-uint16_t dptp_f32_to_f16(float f);
-float dptp_f16_to_f32(uint16_t h);
+/* fp16/bf16 <-> float (round to nearest even) live in dtype.h, inline. */
+#include "dtype.h"
 
 #endif

@@ -271,11 +271,19 @@ void dptp_workspace_release(struct dptp_workspace *ws)
 	}
 }
 
-static bool is_neg_zero(const void *p, size_t i, enum dptp_dtype dt)
+/* Index of the first element still -0.0 ("not written") at or after i, or n. */
+static size_t first_neg_zero(const void *p, size_t i, size_t n, enum dptp_dtype dt)
 {
-	if (dt == DPTP_DTYPE_FP32)
-		return __atomic_load_n(&((const uint32_t *)p)[i], __ATOMIC_RELAXED) == 0x80000000u;
-	return __atomic_load_n(&((const uint16_t *)p)[i], __ATOMIC_RELAXED) == 0x8000u;
+	if (dt == DPTP_DTYPE_FP32) {
+		const uint32_t *q = p;
+		while (i < n && __atomic_load_n(&q[i], __ATOMIC_RELAXED) != 0x80000000u)
+			i++;
+	} else {
+		const uint16_t *q = p;
+		while (i < n && __atomic_load_n(&q[i], __ATOMIC_RELAXED) != 0x8000u)
+			i++;
+	}
+	return i;
 }
 
 void dptp_residual_rmsnorm_ref(const float *sum, const void *residual_in, const void *gamma,
@@ -335,11 +343,10 @@ int dptp_workspace_fused_allreduce(struct dptp_workspace *ws, const void *x,
 		size_t i = 0;
 		unsigned spins = 0;
 		while (i < n) {
-			if (!is_neg_zero(slot, i, dt)) {
-				i++;
-				continue;
-			}
-			if ((++spins & 1023) == 0) {
+			i = first_neg_zero(slot, i, n, dt);
+			if (i == n)
+				break;
+			if ((++spins & 63) == 0) {
 				if (dptp_now() > deadline)
 					return dptp_err_set(err, -ETIMEDOUT,
 						"Lamport buffer %u: still waiting for group rank %d (global rank %d): "

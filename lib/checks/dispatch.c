@@ -18,9 +18,10 @@ static int tokens_of(const struct dptp_ctx *c, int d)
 	return c->p.tokens + d;
 }
 
-static float token_value(const struct dptp_ctx *c, int d, size_t i)
+/* Replica d's tokens, the same on every rank of its TP groups. */
+static void fill_tokens(const struct dptp_ctx *c, int d, void *p, size_t n)
 {
-	return dptp_input_value(c->p.seed, 0xd15ULL + (uint64_t)d, i);
+	dptp_input_fill(p, n, c->p.seed, 0xd15ULL + (uint64_t)d, c->p.dtype);
 }
 
 /* Each EP rank's "expert": a weight of 1 or 2, so the combined sum is exact. */
@@ -57,8 +58,19 @@ static void dispatch_run(struct dptp_ctx *c, struct dptp_check_result *res)
 	 * pattern, so garbage can never pass for tokens */
 	memset(host, 0xff, total * esz);
 	int myd = c->me.dp;
-	for (size_t i = 0; i < (size_t)tokens_of(c, myd) * hidden; i++)
-		dptp_store_elt(host, cu[myd] * hidden + i, token_value(c, myd, i), dt);
+	/* the reference: every replica's tokens, from the seed alone */
+	void *want = malloc(total * esz);
+	if (!want) {
+		free(host);
+		cm->ops->free(cm, buf);
+		free(cu);
+		dptp_result_set(res, DPTP_ERROR, "out of memory for %zu dispatched elements", total);
+		return;
+	}
+	for (int d = 0; d < dp; d++)
+		fill_tokens(c, d, (char *)want + cu[d] * hidden * esz, (size_t)tokens_of(c, d) * hidden);
+	memcpy((char *)host + cu[myd] * hidden * esz, (char *)want + cu[myd] * hidden * esz,
+	       (size_t)tokens_of(c, myd) * hidden * esz);
 	cm->ops->upload(cm, buf, host, total * esz);
 
 	/* multicast: slice idx comes from root idx of the DP group (the bug:
@@ -77,14 +89,10 @@ static void dispatch_run(struct dptp_ctx *c, struct dptp_check_result *res)
 	char bad[512] = "";
 	size_t off = 0;
 	for (int d = 0; d < dp; d++) {
-		for (size_t i = 0; i < (size_t)tokens_of(c, d) * hidden; i++) {
-			float v = dptp_load_elt(host, cu[d] * hidden + i, dt);
-			if (v != token_value(c, d, i)) {
-				off += (size_t)snprintf(bad + off, off < sizeof(bad) ? sizeof(bad) - off : 0,
-							"%s%d", off ? ", " : "", d);
-				break;
-			}
-		}
+		size_t o = cu[d] * hidden * esz, nb = (size_t)tokens_of(c, d) * hidden * esz;
+		if (memcmp((char *)host + o, (char *)want + o, nb) != 0)
+			off += (size_t)snprintf(bad + off, off < sizeof(bad) ? sizeof(bad) - off : 0,
+						"%s%d", off ? ", " : "", d);
 	}
 
 	/* combine: each EP rank applies its expert, all-reduce over EP, keep
@@ -102,16 +110,18 @@ static void dispatch_run(struct dptp_ctx *c, struct dptp_check_result *res)
 		wsum += expert_weight(j);
 	size_t wrong = 0, first = 0;
 	float got0 = 0, want0 = 0;
+	const void *want_buf = want;
 	for (size_t i = 0; rc == 0 && i < (size_t)tokens_of(c, myd) * hidden; i++) {
-		float want = token_value(c, myd, i) * wsum;
-		float tmp[1];
-		dptp_store_elt(tmp, 0, want, DPTP_DTYPE_FP32);
+		/* the sum of exact products, rounded once to dt as the all-reduce does */
+		uint32_t r[1];
+		dptp_store_elt(r, 0, dptp_load_elt(want_buf, cu[myd] * hidden + i, dt) * wsum, dt);
+		float expect = dptp_load_elt(r, 0, dt);
 		float got = dptp_load_elt(host, cu[myd] * hidden + i, dt);
-		if (!(got == want)) {
+		if (!(got == expect)) {
 			if (!wrong++) {
 				first = i;
 				got0 = got;
-				want0 = want;
+				want0 = expect;
 			}
 		}
 	}
@@ -126,6 +136,7 @@ static void dispatch_run(struct dptp_ctx *c, struct dptp_check_result *res)
 				cu[dp], dp, c->ep.size, tokens_of(c, myd), *bad ? " (other replicas' slices wrong here: [" : "",
 				bad, *bad ? "])" : "");
 	cm->ops->free(cm, buf);
+	free(want);
 	free(host);
 	free(cu);
 }

@@ -15,8 +15,7 @@
 
 static void fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dptp_dtype dt)
 {
-	for (size_t i = 0; i < n; i++)
-		dptp_store_elt(p, i, dptp_input_value(seed, stream, i), dt);
+	dptp_input_fill(p, n, seed, stream, dt);
 }
 
 static double tolerance(enum dptp_dtype dt)
