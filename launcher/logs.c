@@ -200,7 +200,7 @@ static void emit_lines(struct log_stream *ls, bool final)
 		size_t end;
 		if (nl)
 			end = (size_t)(nl - ls->buf) + 1;
-		else if ((final || ls->len == ls->cap) && start < ls->len)
+		else if ((final && start < ls->len) || (ls->len == ls->cap && start == 0))
 			end = ls->len;
 		else
 			break;

@@ -1,0 +1,433 @@
+#!/usr/bin/env python3
+"""End-to-end tests of dptp-run against torchrun 2.11's captured behaviour.
+
+usage: launcher_e2e.py DPTP_RUN PMIX_CLIENT CASE
+The expected data (copied from the torchrun 2.11 captures) lives next to
+this file: torchrun_2.11_*.txt."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUN = os.path.abspath(sys.argv[1])
+PMIX_CLIENT = os.path.abspath(sys.argv[2])
+GLOG = r"[IWE]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ dptp-run\] "
+
+# the image variables present in the capture, passed through by torchrun
+IMAGE_ENV = {
+    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+    "OMPI_MCA_plm": "isolated",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "TORCH_CUDA_ARCH_LIST": "9.0a",
+}
+# the capture's variable selection
+SELECT = re.compile(r"^(GROUP_|LOCAL_|MASTER_|OMP|PYTHON|RANK=|ROLE_|TORCH|WORLD_SIZE=)")
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def base_env(**extra):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
+           "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "LC_ALL": "C",
+           "DPTP_RUN_STOP_TIMEOUT": "5"}
+    env.update(extra)
+    return env
+
+
+def run(args, env=None, timeout=60, **kw):
+    p = subprocess.run([RUN] + args, env=env if env is not None else base_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout, **kw)
+    return p.returncode, p.stdout, p.stderr
+
+
+def read(name):
+    with open(os.path.join(HERE, name)) as f:
+        return f.read()
+
+
+def env_lines(text):
+    """{(worker, key): value} from '[defaultN]:K=V' lines."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^\[default(\d+)\]:([A-Za-z0-9_]+)=(.*)$", line)
+        if m:
+            out[(int(m.group(1)), m.group(2))] = m.group(3)
+    return out
+
+
+def expected_env(nproc):
+    """The capture (2 workers) generalised to nproc workers: only the values
+    that depend on the rank or the size change."""
+    cap = env_lines(read("torchrun_2.11_env.txt"))
+    exp = {}
+    for w in range(nproc):
+        for (cw, key), val in cap.items():
+            if cw != min(w, 1):
+                continue
+            if key in ("RANK", "LOCAL_RANK", "ROLE_RANK"):
+                val = str(w)
+            elif key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "ROLE_WORLD_SIZE"):
+                val = str(nproc)
+            elif key == "TORCHELASTIC_ERROR_FILE":
+                val = re.sub(r"/attempt_0/\d+/", "/attempt_0/%d/" % w, val)
+            exp[(w, key)] = val
+    return exp
+
+
+ERRFILE = re.compile(r"^(.*)/torchelastic_[a-z0-9_]{8}/none_[a-z0-9_]{8}/attempt_0/(\d+)/error\.json$")
+
+
+def compare_env(nproc):
+    worker = "env | grep -E '%s' | LC_ALL=C sort" % SELECT.pattern
+    rc, out, err = run(["--nproc-per-node=%d" % nproc, "--tee", "3", "--no-python", "sh", "-c", worker],
+                       env=base_env(**IMAGE_ENV))
+    check(rc == 0, "rc %d: %s" % (rc, err))
+    got = env_lines(out)
+    exp = expected_env(nproc)
+    check(set(got) == set(exp), "variables differ: missing %s, extra %s" %
+          (sorted(set(exp) - set(got)), sorted(set(got) - set(exp))))
+    for k, v in sorted(exp.items()):
+        g = got[k]
+        if k[1] == "TORCHELASTIC_ERROR_FILE":
+            # masked: the random directory names; the layout must match
+            m, me = ERRFILE.match(g), ERRFILE.match(v)
+            check(m and me and m.group(2) == me.group(2) == str(k[0]), "%s: %s vs %s" % (k, g, v))
+            check(os.path.isdir(os.path.dirname(g)), "%s: directory missing" % g)
+            continue
+        if k[1] == "TORCHELASTIC_USE_AGENT_STORE":
+            # must differ until the launcher hosts a TCPStore (torchrun-
+            # interop issue): "False" lets PyTorch's rank 0 host it
+            check(g == "False" and v == "True", "%s: %s" % (k, g))
+            continue
+        check(g == v, "%s: got %r, torchrun 2.11 gave %r" % (k, g, v))
+    # the OMP_NUM_THREADS warning, line for line after the glog prefix
+    want = [l.split("] ", 1)[1] for l in read("torchrun_2.11_omp_warning.txt").splitlines()]
+    gotw = [l for l in err.splitlines() if re.match(GLOG, l)]
+    gotw = [re.sub("^" + GLOG, "", l) for l in gotw][:4]
+    check(gotw == want, "OMP warning differs: %r" % gotw)
+    # lines are [defaultN]: prefixed, nothing else on stdout
+    for line in out.splitlines():
+        check(re.match(r"^\[default\d\]:", line), "unprefixed line %r" % line)
+
+
+def mask_report(text):
+    text = re.sub(r"time      : \d{4}-\d\d-\d\d_\d\d:\d\d:\d\d", "time      : T", text)
+    text = re.sub(r"host      : .*", "host      : H", text)
+    text = re.sub(r"\(pid: \d+\)", "(pid: P)", text)
+    text = re.sub(r"by PID \d+", "by PID P", text)
+    text = re.sub(r"/tmp/torchelastic_[a-z0-9_]{8}/none_[a-z0-9_]{8}/", "LOGDIR/", text)
+    text = re.sub(r"/\S*/torchelastic_[a-z0-9_]{8}/none_[a-z0-9_]{8}/", "LOGDIR/", text)
+    return text
+
+
+def report_of(err):
+    m = re.search(r"^(=+\n.*?\n=+)$", err, re.S | re.M)
+    check(m, "no failure report in:\n" + err)
+    return m.group(1)
+
+
+def case_env_2():
+    compare_env(2)
+
+
+def case_env_4():
+    compare_env(4)
+
+
+def case_fail_exit3():
+    script = 'if [ "$LOCAL_RANK" = 1 ]; then sleep 0.2; exit 3; fi; exec sleep 30'
+    t0 = time.time()
+    rc, out, err = run(["--nproc-per-node=2", "--no-python", "sh", "-c", script])
+    check(rc == 1, "rc %d" % rc)
+    check(time.time() - t0 < 10, "siblings were not stopped promptly")
+    check(re.search("^" + GLOG + r"Sending process \d+ closing signal SIGTERM$", err, re.M), err)
+    check(re.search("^" + GLOG + r"failed \(exitcode: 3\) local_rank: 1 \(pid: \d+\) of binary: sh$", err, re.M), err)
+    got = mask_report(report_of(err))
+    want = mask_report(read("torchrun_2.11_fail_report.txt").rstrip("\n"))
+    check(got == want, "report differs:\n%s\n--- torchrun 2.11:\n%s" % (got, want))
+
+
+def signal_case(sig, num, name):
+    script = 'if [ "$LOCAL_RANK" = 0 ]; then sleep 0.2; kill -%s $$$$; fi; exec sleep 30' % name
+    rc, out, err = run(["--nproc-per-node=2", "--no-python", "sh", "-c", script])
+    check(rc == 1, "rc %d" % rc)
+    rep = report_of(err)
+    root = rep.split("Root Cause (first observed failure):")[1]
+    check(re.search(r"rank      : 0 \(local_rank: 0\)", root), rep)
+    check(re.search(r"exitcode  : -%d \(pid: \d+\)" % num, root), rep)
+    check(re.search(r"traceback : Signal %d \(SIG%s\) received by PID \d+" % (num, name), root), rep)
+    # torchrun's width: the longest line, at most 60
+    width = min(60, max(len(l) for l in rep.splitlines()[1:-1] if not re.match(r"^[-=]+$", l)))
+    check(rep.startswith("=" * width + "\nsh FAILED\n" + "-" * width + "\nFailures:\n[1]:\n"), rep)
+    check(rep.endswith("\n" + "=" * width), rep)
+
+
+def case_fail_segv():
+    signal_case(signal.SIGSEGV, 11, "SEGV")
+
+
+def case_fail_sigkill():
+    signal_case(signal.SIGKILL, 9, "KILL")
+
+
+def case_error_file():
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "f.py")
+        with open(script, "w") as f:
+            f.write("import json, os, time\n"
+                    "tb = 'Traceback (most recent call last):\\n  File \"/tmp/f.py\", line 4, in m\\n"
+                    "    raise ValueError(\"boom\")\\nValueError: boom\\n'\n"
+                    "json.dump({'message': {'message': 'ValueError: boom', 'extraInfo': {'py_callstack': tb,"
+                    " 'timestamp': str(int(time.time()))}}}, open(os.environ['TORCHELASTIC_ERROR_FILE'], 'w'))\n"
+                    "raise SystemExit(1)\n")
+        rc, out, err = run(["--nproc-per-node=1", script])
+        check(rc == 1, "rc %d %s" % (rc, err))
+        got = mask_report(report_of(err)).replace(script, "/tmp/f.py")
+        want = mask_report(read("torchrun_2.11_pyfail_report.txt").rstrip("\n"))
+        # torchrun's own wrapper frame is not in a plain script's traceback
+        want = re.sub(r"    File \"<venv>.*?\n.*?\n.*?\n", "", want, count=1, flags=0)
+        check(got == want, "report differs:\n%s\n--- expected:\n%s" % (got, want))
+
+
+def case_restart():
+    script = 'echo RC=$TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_ERROR_FILE; exit 2'
+    rc, out, err = run(["--max-restarts=1", "--no-python", "sh", "-c", script])
+    check(rc == 1, "rc %d" % rc)
+    lines = out.splitlines()
+    check(len(lines) == 2, out)
+    check(re.match(r"^RC=0 \S+/none_[a-z0-9_]{8}/attempt_0/0/error\.json$", lines[0]), out)
+    check(re.match(r"^RC=1 \S+/none_[a-z0-9_]{8}/attempt_1/0/error\.json$", lines[1]), out)
+    check(len(re.findall(r"failed \(exitcode: 2\) local_rank: 0", err)) == 2, err)
+    got = mask_report(report_of(err))
+    want = mask_report(read("torchrun_2.11_restart_report.txt").rstrip("\n"))
+    check(got == want, "report differs:\n%s\n--- torchrun 2.11:\n%s" % (got, want))
+
+
+def forward_case(sig):
+    with tempfile.TemporaryDirectory() as d:
+        script = ('trap "echo got > %s/sig.$LOCAL_RANK; exit 0" %d; echo $$$$ > %s/pid.$LOCAL_RANK; '
+                  'while :; do sleep 0.05; done' % (d, sig, d))
+        p = subprocess.Popen([RUN, "--nproc-per-node=2", "--no-python", "sh", "-c", script], env=base_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 10
+        while time.time() < deadline and not all(os.path.exists("%s/pid.%d" % (d, r)) for r in range(2)):
+            time.sleep(0.02)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=30)
+        check(p.returncode == 1, "rc %d" % p.returncode)
+        check(re.search("^" + GLOG + r"Received %d death signal, shutting down workers$" % sig, err, re.M), err)
+        check(re.search(r"^SignalException: Process %d got signal: %d$" % (p.pid, sig), err, re.M), err)
+        for r in range(2):
+            check(os.path.exists("%s/sig.%d" % (d, r)), "worker %d did not get signal %d" % (r, sig))
+
+
+def case_signal_forward():
+    forward_case(signal.SIGINT)
+    forward_case(signal.SIGTERM)
+    forward_case(signal.SIGHUP)
+
+
+def case_no_orphans():
+    with tempfile.TemporaryDirectory() as d:
+        # the worker also starts a child of its own in its process group
+        script = 'sleep 60 & echo $$$$ $! > %s/pid.$LOCAL_RANK; wait' % d
+        p = subprocess.Popen([RUN, "--nproc-per-node=2", "--no-python", "sh", "-c", script], env=base_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline and not all(os.path.exists("%s/pid.%d" % (d, r)) for r in range(2)):
+            time.sleep(0.02)
+        time.sleep(0.1)
+        pids = []
+        for r in range(2):
+            with open("%s/pid.%d" % (d, r)) as f:
+                pids += [int(x) for x in f.read().split()]
+        workers = pids[0::2]
+        p.kill()  # SIGKILL: no cleanup code runs in the launcher
+        p.wait()
+
+        def alive(pid):
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    return f.read().split(") ")[1][0] != "Z"
+            except FileNotFoundError:
+                return False
+        deadline = time.time() + 5
+        while time.time() < deadline and any(alive(x) for x in workers):
+            time.sleep(0.02)
+        check(not any(alive(x) for x in workers), "workers outlived a SIGKILLed launcher")
+        # a normal exit takes the worker's own children down too
+    with tempfile.TemporaryDirectory() as d:
+        script = '(sleep 60 & echo $! > %s/child.$LOCAL_RANK); exit 0' % d
+        rc, out, err = run(["--nproc-per-node=1", "--no-python", "sh", "-c", script])
+        check(rc == 0, err)
+        with open("%s/child.0" % d) as f:
+            child = int(f.read())
+        time.sleep(0.2)
+        try:
+            os.kill(child, 0)
+            st = open("/proc/%d/stat" % child).read().split(") ")[1][0]
+            check(st == "Z", "a worker's child survived the job")
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+
+
+def case_logs():
+    with tempfile.TemporaryDirectory() as d:
+        script = 'echo out$LOCAL_RANK; echo err$LOCAL_RANK >&2'
+        rc, out, err = run(["--nproc-per-node=2", "--log-dir", d, "-r", "1", "-t", "2", "--no-python", "sh", "-c", script])
+        check(rc == 0, err)
+        runs = os.listdir(d)
+        check(len(runs) == 1 and re.match(r"^none_[a-z0-9_]{8}$", runs[0]), runs)
+        att = os.path.join(d, runs[0])
+        check(os.listdir(att) == ["attempt_0"], os.listdir(att))
+        for r in range(2):
+            rd = os.path.join(att, "attempt_0", str(r))
+            check(sorted(os.listdir(rd)) == ["stderr.log", "stdout.log"], os.listdir(rd))
+            check(open(os.path.join(rd, "stdout.log")).read() == "out%d\n" % r, rd)
+            check(open(os.path.join(rd, "stderr.log")).read() == "err%d\n" % r, rd)
+        check(out == "", "redirected stdout reached the console: %r" % out)
+        check(sorted(l for l in err.splitlines() if l.startswith("[")) == ["[default0]:err0", "[default1]:err1"], err)
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run(["--nproc-per-node=3", "--log-dir", d, "--tee", "3", "--local-ranks-filter", "0,2",
+                            "--role", "trainer", "--no-python", "sh", "-c", "echo hi$LOCAL_RANK"])
+        check(rc == 0, err)
+        check(sorted(out.splitlines()) == ["[trainer0]:hi0", "[trainer2]:hi2"], out)
+        run_dir = os.path.join(d, os.listdir(d)[0], "attempt_0")
+        check(open(os.path.join(run_dir, "1", "stdout.log")).read() == "hi1\n", "filtered rank's file")
+    rc, out, err = run(["--nproc-per-node=2", "--tee", "1", "--no-python", "sh", "-c", "echo hi$RANK"],
+                       env=base_env(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="${role_name}-${rank}-$local_rank| $$x "))
+    check(rc == 0, err)
+    check(sorted(out.splitlines()) == ["default-0-0| $x hi0", "default-1-1| $x hi1"], out)
+    # without -r/-t workers write straight to the console, unprefixed
+    rc, out, err = run(["--nproc-per-node=2", "--no-python", "sh", "-c", "echo hi $LOCAL_RANK"])
+    check(sorted(out.splitlines()) == ["hi 0", "hi 1"], out)
+    # whole lines only, even when 4 workers write long lines at once
+    script = ("python3 -c \"import sys,os\nr=os.environ['LOCAL_RANK']\n"
+              "for i in range(3000): sys.stdout.write(r*50+'%05d'%i+r*3000+'\\n')\"")
+    rc, out, err = run(["--nproc-per-node=4", "--tee", "3", "--log-dir", "/dev/null", "--no-python", "sh", "-c", script])
+    check(rc == 0, err)
+    lines = out.splitlines()
+    check(len(lines) == 12000, "%d lines" % len(lines))
+    for l in lines:
+        m = re.match(r"^\[default(\d)\]:(\d)+\d{5}(\d+)$", l)
+        check(m and set(l.split(":", 1)[1][:50]) == {m.group(1)} and set(m.group(3)) == {m.group(1)},
+              "interleaved line %r" % l[:120])
+
+
+VALIDATION = [
+    ([], "the following arguments are required: training_script, training_script_args"),
+    (["--nproc-per-node"], "argument --nproc-per-node/--nproc_per_node: expected one argument"),
+    (["--nproc-per-node=x", "t"], "Unsupported nproc_per_node value: x"),
+    (["--nnodes=a:b", "t"], 'nnodes=a:b is not in "MIN:MAX" format'),
+    (["--nnodes=1:2", "t"], "elastic --nnodes=1:2 is not supported; use --nnodes=2"),
+    (["--nnodes=2", "--rdzv-backend=c10d", "t"], "--rdzv-backend=c10d with --nnodes=2 is not supported"),
+    (["--no-python", "-m", "t"], "Don't use both the '--no-python' flag and the '--module' flag at the same time."),
+    (["--start-method=x", "t"], "argument --start-method/--start_method: invalid choice: 'x' (choose from 'spawn', 'fork', 'forkserver')"),
+    (["--max-restarts=x", "t"], "argument --max-restarts/--max_restarts: invalid int value: 'x'"),
+    (["--monitor-interval=x", "t"], "argument --monitor-interval/--monitor_interval: invalid float value: 'x'"),
+    (["-r", "4", "t"], "4 does not match: <^[0-3]$> or <^(\\d:[0123],)*(\\d:[0123])$>"),
+    (["--tee=0:1,10:2", "t"], "0:1,10:2 does not match"),
+    (["--rdzv-conf=a", "t"], "The rendezvous configuration option 'a' must have a value specified."),
+    (["--rdzv-conf==1", "t"], "The rendezvous configuration string must be in format <key1>=<value1>,...,<keyN>=<valueN>."),
+    (["--local-ranks-filter=a", "t"], "--local_ranks_filter must be a comma-separated list of integers e.g. --local_ranks_filter=1,2"),
+    (["--standalone=1", "t"], "argument --standalone: ignored explicit argument '1'"),
+    (["--n=1", "t"], "ambiguous option: --n could match --nnodes, --nproc-per-node, --nproc_per_node, --no-python, --no_python, --node-rank, --node_rank"),
+    (["--bogus", "t"], "unrecognized arguments: --bogus"),
+    (["--rdzv-backend=zk", "t"], "The rendezvous backend 'zk' is not registered"),
+    (["--signals-to-handle=SIGFOO", "t"], "unknown or unhandleable signal in --signals-to-handle: 'SIGFOO'"),
+]
+
+
+def case_validation():
+    for args, msg in VALIDATION:
+        rc, out, err = run(args)
+        check(rc == 2, "%s: rc %d" % (args, rc))
+        check(err.startswith("usage: dptp-run [-h]"), "%s: no usage: %r" % (args, err))
+        check("dptp-run: error: " + msg in err, "%s: %r" % (args, err))
+    rc, out, err = run(["--nproc-per-node=2", "t"], env=base_env(PET_STANDALONE="x"))
+    check(rc == 2 and "PET_STANDALONE" in err, err)
+    # spellings, abbreviations, PET_* defaults, --opt v / --opt=v, REMAINDER
+    for args in (["--nproc_per_node", "3"], ["--nproc-per-node=3"], ["--nproc", "3"], ["--nproc_per=3"]):
+        rc, out, err = run(args + ["--no-python", "sh", "-c", "echo $WORLD_SIZE", "--nnodes=9"])
+        check(rc == 0 and out.split() == ["3"] * 3, "%s: %r %r" % (args, out, err))
+    rc, out, err = run(["--no-python", "sh", "-c", "echo $WORLD_SIZE"], env=base_env(PET_NPROC_PER_NODE="2"))
+    check(out.split() == ["2", "2"], out)
+    rc, out, err = run(["--nproc-per-node=1", "--no-python", "sh", "-c", "echo $WORLD_SIZE"],
+                       env=base_env(PET_NPROC_PER_NODE="2"))
+    check(out.split() == ["1"], "CLI must win over PET_: %r" % out)
+    rc, out, err = run(["-r3", "--no-python", "echo", "--nproc-per-node=5", "${local_rank}x"], env=base_env(PET_LOG_DIR="/dev/null"))
+    check(rc == 0 and out == "", out)
+    rc, out, err = run(["--no-python", "echo", "--nproc-per-node=5", "${local_rank}x", "$${local_rank}"])
+    check(out == "--nproc-per-node=5 0x ${local_rank}\n", out)
+    rc, out, err = run(["--no-python", "/nonexistent/prog"])
+    check(rc == 1 and "cannot execute '/nonexistent/prog': No such file or directory (errno 2)" in err, err)
+    rc, out, err = run(["--help"])
+    check(rc == 0 and out.startswith("usage: dptp-run") and "--virtual_local_rank" in out, out)
+
+
+def case_python_worker():
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "w.py")
+        with open(script, "w") as f:
+            f.write("import os, sys\n"
+                    "print(os.environ['RANK'], os.environ['LOCAL_RANK'], os.environ['WORLD_SIZE'],"
+                    " os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'], int(sys.orig_argv[1] == '-u'), *sys.argv[1:])\n")
+        with open(os.path.join(d, "mod.py"), "w") as f:
+            f.write("import os, sys\nprint('mod', os.environ['RANK'], __name__, *sys.argv[1:])\n")
+        rc, out, err = run(["--nproc-per-node=2", "--master-port=1234", script, "--x=${local_rank}"])
+        check(rc == 0, err)
+        check(sorted(out.splitlines()) == ["0 0 2 127.0.0.1 1234 1 --x=0", "1 1 2 127.0.0.1 1234 1 --x=1"], out)
+        rc, out, err = run(["--nproc-per-node=2", "-m", "mod", "a"], env=base_env(PYTHONPATH=d))
+        check(rc == 0 and sorted(out.splitlines()) == ["mod 0 __main__ a", "mod 1 __main__ a"], out + err)
+        rc, out, err = run(["--standalone", "--nproc-per-node=2", script])
+        lines = out.split("\n")[0].split()
+        check(rc == 0 and lines[4] != "29500", out)
+        rc, out, err = run(["--standalone", "--no-python", "sh", "-c", "echo $TORCHELASTIC_RUN_ID"])
+        check(re.match(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", out.strip()), out)
+
+
+def case_pmix():
+    rc, out, err = run(["--nproc-per-node=4", "--no-python", PMIX_CLIENT])
+    check(rc == 0, "rc %d: %s" % (rc, err))
+    check(sorted(out.splitlines()) == ["pmix ok rank %d of 4" % r for r in range(4)], out + err)
+    rc, out, err = run(["--nproc-per-node=2", "--max-restarts=1", "--no-python", "sh", "-c",
+                        '%s && [ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || exit 5' % PMIX_CLIENT])
+    check(rc == 0, "restart with pmix: %s" % err)
+    check(out.count("pmix ok") == 4, out)
+    rc, out, err = run(["--nproc-per-node=4", "--no-python", PMIX_CLIENT, "abort"], timeout=30)
+    check(rc == 1, "abort rc %d" % rc)
+    check("PMIx_Abort(7) called by PID" in err and "test abort" in err, err)
+    # the private tmpdir is gone
+    check(not [x for x in os.listdir(os.environ.get("TMPDIR", "/tmp")) if x.startswith("dptp-run.")
+               and os.stat(os.path.join(os.environ.get("TMPDIR", "/tmp"), x)).st_uid == os.getuid()
+               and time.time() - os.stat(os.path.join(os.environ.get("TMPDIR", "/tmp"), x)).st_mtime < 20], "tmpdir left")
+
+
+def case_help_man():
+    man = os.path.join(HERE, "..", "..", "man", "dptp-run.1.scd")
+    rc, out, err = run(["--help"])
+    opts = lambda t: set(re.findall(r"(?<![\w-])(--[a-z][a-z_-]*[a-z]|-[hmrt](?![\w-]))", t))
+    h = opts(out)
+    with open(man) as f:
+        m = opts(f.read())
+    check(h == m, "--help and the man page differ: only in help %s, only in man %s" % (sorted(h - m), sorted(m - h)))
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    CASES[sys.argv[3]]()
+    print("ok " + sys.argv[3])
