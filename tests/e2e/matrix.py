@@ -22,6 +22,8 @@ def launch_cmd(args, np):
         return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np)]
     if args.launcher == "dptp-run":
         return [args.run, "--nproc-per-node=%d" % np, "--no-python"]
+    if args.launcher == "env":
+        return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "envlaunch.py"), str(np)]
     if args.launcher == "srun":
         return ["srun", "--mpi=pmix", "-n", str(np), "--overcommit"]
     raise SystemExit("unknown launcher " + args.launcher)
