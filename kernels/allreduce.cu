@@ -1,0 +1,877 @@
+/* Fused allreduce + residual add + RMSNorm (one-shot Lamport, two-shot),
+ * the residual + RMSNorm kernel, and -0.0 fills. See kernels.h. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_util.h"
+#include "kernels.h"
+#include "plan.h"
+
+namespace {
+
+constexpr int MAXR = DPTP_AR_MAX_RANKS;
+constexpr int MAXB = DPTP_AR_MAX_BLOCKS;
+constexpr int THREADS_MAX = 512;
+constexpr int ERR_LAMPORT = 1;	/* a one-shot read never saw a peer's data */
+constexpr int ERR_BARRIER = 2;	/* a two-shot barrier never saw a peer's flag */
+constexpr unsigned long long DEFAULT_TIMEOUT_NS = 10ull * 1000 * 1000 * 1000;
+
+/* Private per-rank device state (not shared with peers). */
+struct Ctrl {
+	unsigned lamport_epoch;		/* one-shot calls so far: buffer = epoch % 3 */
+	unsigned twoshot_epoch;		/* two-shot calls so far: flag = epoch + 1 */
+	unsigned done;			/* blocks finished in the current launch */
+	int error;			/* ERR_* bits */
+	unsigned long long used[3];	/* elements per slot written in each Lamport buffer */
+};
+
+struct Params {
+	char *bufs[MAXR];		/* every rank's IPC buffer, mapped here */
+	Ctrl *ctrl;
+	const uint4 *x, *res_in, *gamma;
+	uint4 *res_out, *norm_out;
+	size_t tokens;
+	int hvec;			/* hidden in 16-byte vectors */
+	int rank;
+	float eps, inv_hidden;
+	size_t slot_bytes, lamport[3], scatter, gather_res, gather_norm, flags;
+	unsigned long long timeout_ns;
+};
+
+/* ---- element types: 16-byte vectors <-> fp32 ---- */
+
+template <typename T> struct Ops;
+
+template <> struct Ops<float> {
+	static constexpr int E = 4;
+	static constexpr unsigned NZ = 0x80000000u;
+	__device__ static void unpack(uint4 v, float (&f)[E])
+	{
+		f[0] = __uint_as_float(v.x);
+		f[1] = __uint_as_float(v.y);
+		f[2] = __uint_as_float(v.z);
+		f[3] = __uint_as_float(v.w);
+	}
+	__device__ static uint4 pack(const float (&f)[E])
+	{
+		return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+				  __float_as_uint(f[3]));
+	}
+	__device__ static bool nz(unsigned w) { return w == NZ; }
+	__device__ static unsigned fix(unsigned w) { return w == NZ ? 0u : w; }
+};
+
+struct Ops16Base {
+	static constexpr int E = 8;
+	static constexpr unsigned NZ = 0x80008000u;
+	__device__ static bool nz(unsigned w)
+	{
+		return (w & 0xffffu) == 0x8000u || (w >> 16) == 0x8000u;
+	}
+	__device__ static unsigned fix(unsigned w)
+	{
+		if ((w & 0xffffu) == 0x8000u)
+			w &= 0xffff0000u;
+		if ((w >> 16) == 0x8000u)
+			w &= 0x0000ffffu;
+		return w;
+	}
+};
+
+template <> struct Ops<__nv_bfloat16> : Ops16Base {
+	__device__ static void unpack(uint4 v, float (&f)[E])
+	{
+		const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			f[2 * i] = __uint_as_float(w[i] << 16);
+			f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+		}
+	}
+	__device__ static uint4 pack(const float (&f)[E])
+	{
+		unsigned w[4];
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			__nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+			w[i] = *reinterpret_cast<unsigned *>(&h);
+		}
+		return make_uint4(w[0], w[1], w[2], w[3]);
+	}
+};
+
+template <> struct Ops<__half> : Ops16Base {
+	__device__ static void unpack(uint4 v, float (&f)[E])
+	{
+		const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			__half2 h = *reinterpret_cast<const __half2 *>(&w[i]);
+			float2 p = __half22float2(h);
+			f[2 * i] = p.x;
+			f[2 * i + 1] = p.y;
+		}
+	}
+	__device__ static uint4 pack(const float (&f)[E])
+	{
+		unsigned w[4];
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			__half2 h = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+			w[i] = *reinterpret_cast<unsigned *>(&h);
+		}
+		return make_uint4(w[0], w[1], w[2], w[3]);
+	}
+};
+
+template <typename T> __device__ __forceinline__ bool has_nz(uint4 v)
+{
+	return Ops<T>::nz(v.x) || Ops<T>::nz(v.y) || Ops<T>::nz(v.z) || Ops<T>::nz(v.w);
+}
+
+template <typename T> __device__ __forceinline__ uint4 fix_nz(uint4 v)
+{
+	return make_uint4(Ops<T>::fix(v.x), Ops<T>::fix(v.y), Ops<T>::fix(v.z), Ops<T>::fix(v.w));
+}
+
+/* ---- memory access with explicit scopes ---- */
+
+__device__ __forceinline__ uint4 ld_volatile(const uint4 *p)
+{
+	uint4 v;
+	asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+		     : "l"(p)
+		     : "memory");
+	return v;
+}
+
+__device__ __forceinline__ void st_volatile(uint4 *p, uint4 v)
+{
+	asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
+		     "r"(v.z), "r"(v.w)
+		     : "memory");
+}
+
+__device__ __forceinline__ void st_release_sys(unsigned *p, unsigned v)
+{
+	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned ld_acquire_sys(const unsigned *p)
+{
+	unsigned v;
+	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ __forceinline__ unsigned long long globaltimer()
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+__device__ __forceinline__ unsigned ld_volatile_u32(const unsigned *p)
+{
+	return *(const volatile unsigned *)p;
+}
+
+/* Spins on a Lamport slot until it holds no -0.0, or the deadline passes
+ * (then marks the error once per thread and stops waiting for good). */
+template <typename T>
+__device__ __forceinline__ uint4 lamport_wait(const uint4 *p, uint4 v, unsigned long long deadline,
+					      bool &gave_up, Ctrl *ctrl)
+{
+	while (has_nz<T>(v) && !gave_up) {
+		if (globaltimer() > deadline) {
+			gave_up = true;
+			atomicOr(&ctrl->error, ERR_LAMPORT);
+			break;
+		}
+		v = ld_volatile(p);
+	}
+	return v;
+}
+
+/* ---- row math, shared by every kernel so that all agree bit for bit ---- */
+
+/* Sum over the block, in a fixed order; every thread gets the same value. */
+__device__ __forceinline__ float block_sum(float v, float *red)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+	if ((threadIdx.x & 31) == 0)
+		red[warp] = v;
+	__syncthreads();
+	float s = 0.f;
+	for (int w = 0; w < nwarps; w++)
+		s += red[w];
+	__syncthreads();
+	return s;
+}
+
+/* f holds the allreduced x of one vector (fp32). Adds the residual, rounds
+ * to T (residual_out as stored, which is what the norm sees), and adds the
+ * squares to ss. Only the packed vector stays live: registers stay few. */
+template <typename T>
+__device__ __forceinline__ uint4 add_residual(float (&f)[Ops<T>::E], uint4 res, float &ss)
+{
+	constexpr int E = Ops<T>::E;
+	float r[E];
+	Ops<T>::unpack(res, r);
+#pragma unroll
+	for (int e = 0; e < E; e++)
+		f[e] += r[e];
+	const uint4 ro = Ops<T>::pack(f);
+	Ops<T>::unpack(ro, f);
+#pragma unroll
+	for (int e = 0; e < E; e++)
+		ss += f[e] * f[e];
+	return ro;
+}
+
+/* Reduces ss over the block, normalises the row's ro vectors and stores both
+ * outputs; with PUSH ranks (two-shot), also into every other rank's gather area. */
+template <typename T, int VPT, int PUSH>
+__device__ __forceinline__ void finish_row(const Params &p, size_t row, const uint4 (&ro)[VPT],
+					   float ss, float *red)
+{
+	constexpr int E = Ops<T>::E;
+	const size_t base = row * (size_t)p.hvec;
+	ss = block_sum(ss, red);
+	const float rstd = rsqrtf(ss * p.inv_hidden + p.eps);
+#pragma unroll
+	for (int k = 0; k < VPT; k++) {
+		const int idx = threadIdx.x + k * blockDim.x;
+		if (idx < p.hvec) {
+			float g[E], n[E];
+			Ops<T>::unpack(ro[k], n);
+			Ops<T>::unpack(__ldg(p.gamma + idx), g);
+#pragma unroll
+			for (int e = 0; e < E; e++)
+				n[e] = n[e] * rstd * g[e];
+			const uint4 no = Ops<T>::pack(n);
+			p.res_out[base + idx] = ro[k];
+			p.norm_out[base + idx] = no;
+#pragma unroll
+			for (int q = 0; q < PUSH; q++) {
+				if (q == p.rank)
+					continue;
+				reinterpret_cast<uint4 *>(p.bufs[q] + p.gather_res)[base + idx] = ro[k];
+				reinterpret_cast<uint4 *>(p.bufs[q] + p.gather_norm)[base + idx] = no;
+			}
+		}
+	}
+}
+
+/* The last block to finish runs fn (the state update for the next call). */
+template <typename F> __device__ __forceinline__ void last_block(Ctrl *ctrl, F fn)
+{
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence();
+		unsigned prev = atomicAdd(&ctrl->done, 1u);
+		if (prev == gridDim.x - 1) {
+			ctrl->done = 0;
+			fn();
+			__threadfence();
+		}
+	}
+}
+
+/* ---- residual + RMSNorm (TP 1, and the unfused baseline) ---- */
+
+template <typename T, int VPT>
+__global__ void __launch_bounds__(THREADS_MAX, 1) norm_kernel(Params p)
+{
+	constexpr int E = Ops<T>::E;
+	__shared__ float red[32];
+	for (size_t row = blockIdx.x; row < p.tokens; row += gridDim.x) {
+		const size_t base = row * (size_t)p.hvec;
+		uint4 ro[VPT];
+		float ss = 0.f;
+#pragma unroll
+		for (int k = 0; k < VPT; k++) {
+			const int idx = threadIdx.x + k * blockDim.x;
+			if (idx < p.hvec) {
+				float f[E];
+				Ops<T>::unpack(p.x[base + idx], f);
+				ro[k] = add_residual<T>(f, p.res_in[base + idx], ss);
+			}
+		}
+		finish_row<T, VPT, 0>(p, row, ro, ss, red);
+	}
+}
+
+/* ---- one-shot: Lamport ---- */
+
+template <typename T, int N, int VPT>
+__global__ void __launch_bounds__(THREADS_MAX, 1) oneshot_kernel(Params p)
+{
+	constexpr int E = Ops<T>::E;
+	__shared__ float red[32];
+	Ctrl *ctrl = p.ctrl;
+	const unsigned long long deadline = globaltimer() + p.timeout_ns;
+	bool gave_up = false;
+	const unsigned ep = ld_volatile_u32(&ctrl->lamport_epoch);
+	const int cur = ep % 3, old = (ep + 1) % 3;
+	const unsigned long long clear_elems =
+		*(const volatile unsigned long long *)&ctrl->used[old];
+	const size_t slot_vecs = p.slot_bytes / 16;
+
+	/* 1. Clear our buffer of two calls ago (peers write it next call). Each
+	 * block clears, then fences, and only then publishes data: a peer that
+	 * has seen all our data of this call has seen the clear too. */
+	{
+		uint4 *own = reinterpret_cast<uint4 *>(p.bufs[p.rank] + p.lamport[old]);
+		const size_t cv = clear_elems / E, total = cv * N;
+		const uint4 nzv = make_uint4(Ops<T>::NZ, Ops<T>::NZ, Ops<T>::NZ, Ops<T>::NZ);
+		for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+		     i += (size_t)gridDim.x * blockDim.x) {
+			const size_t s = i / cv, o = i - s * cv;
+			own[s * slot_vecs + o] = nzv;
+		}
+		if (total) {
+			__syncthreads();
+			if (threadIdx.x == 0)
+				__threadfence_system();
+		}
+		__syncthreads();
+	}
+
+	/* 2. Push x (-0.0 made +0.0) into slot `rank` of every rank's buffer. */
+	for (size_t row = blockIdx.x; row < p.tokens; row += gridDim.x) {
+		const size_t base = row * (size_t)p.hvec;
+#pragma unroll
+		for (int k = 0; k < VPT; k++) {
+			const int idx = threadIdx.x + k * blockDim.x;
+			if (idx < p.hvec) {
+				const uint4 v = fix_nz<T>(p.x[base + idx]);
+#pragma unroll
+				for (int q = 0; q < N; q++) {
+					uint4 *dst = reinterpret_cast<uint4 *>(
+						p.bufs[q] + p.lamport[cur] + (size_t)p.rank * p.slot_bytes);
+					st_volatile(dst + base + idx, v);
+				}
+			}
+		}
+	}
+
+	/* 3. Read every slot of our buffer until no -0.0 is left; sum in rank order. */
+	const uint4 *mine = reinterpret_cast<const uint4 *>(p.bufs[p.rank] + p.lamport[cur]);
+	for (size_t row = blockIdx.x; row < p.tokens; row += gridDim.x) {
+		const size_t base = row * (size_t)p.hvec;
+		uint4 ro[VPT];
+		float ss = 0.f;
+#pragma unroll
+		for (int k = 0; k < VPT; k++) {
+			const int idx = threadIdx.x + k * blockDim.x;
+			if (idx < p.hvec) {
+				uint4 v[N];
+#pragma unroll
+				for (int q = 0; q < N; q++)
+					v[q] = ld_volatile(mine + q * slot_vecs + base + idx);
+				float f[E];
+#pragma unroll
+				for (int e = 0; e < E; e++)
+					f[e] = 0.f;
+#pragma unroll
+				for (int q = 0; q < N; q++) {
+					v[q] = lamport_wait<T>(mine + q * slot_vecs + base + idx, v[q],
+							       deadline, gave_up, ctrl);
+					float g[E];
+					Ops<T>::unpack(v[q], g);
+#pragma unroll
+					for (int e = 0; e < E; e++)
+						f[e] += g[e];
+				}
+				ro[k] = add_residual<T>(f, p.res_in[base + idx], ss);
+			}
+		}
+		finish_row<T, VPT, 0>(p, row, ro, ss, red);
+	}
+
+	const unsigned long long elems = (unsigned long long)p.tokens * p.hvec * E;
+	last_block(ctrl, [&] {
+		ctrl->used[cur] = elems;
+		ctrl->lamport_epoch = ep + 1;
+	});
+}
+
+/* ---- two-shot: reduce-scatter, barrier, norm on the slice, all-gather ---- */
+
+__device__ __forceinline__ void slice_of(size_t tokens, int n, int s, size_t &b, size_t &e)
+{
+	b = tokens * (size_t)s / (size_t)n;
+	e = tokens * (size_t)(s + 1) / (size_t)n;
+}
+
+/* Block b of every rank meets block b of every other rank. Block b's rows
+ * (i = b mod grid within each slice) are the same on all ranks, so pairing
+ * blocks by index is enough to order the data they exchange. */
+template <int N>
+__device__ __forceinline__ void barrier(const Params &p, int which, unsigned flag,
+					unsigned long long deadline, bool &gave_up)
+{
+	__syncthreads();
+	if (threadIdx.x < N) {
+		const size_t slot = ((size_t)which * MAXB + blockIdx.x) * MAXR;
+		unsigned *remote = reinterpret_cast<unsigned *>(p.bufs[threadIdx.x] + p.flags) + slot +
+				   p.rank;
+		__threadfence_system();
+		st_release_sys(remote, flag);
+		const unsigned *mine = reinterpret_cast<const unsigned *>(p.bufs[p.rank] + p.flags) +
+				       slot + threadIdx.x;
+		while (!gave_up && ld_acquire_sys(mine) != flag) {
+			if (globaltimer() > deadline) {
+				gave_up = true;
+				atomicOr(&p.ctrl->error, ERR_BARRIER);
+			}
+		}
+	}
+	__syncthreads();
+}
+
+template <typename T, int N, int VPT>
+__global__ void __launch_bounds__(THREADS_MAX, 1) twoshot_kernel(Params p)
+{
+	constexpr int E = Ops<T>::E;
+	__shared__ float red[32];
+	Ctrl *ctrl = p.ctrl;
+	const unsigned long long deadline = globaltimer() + p.timeout_ns;
+	bool gave_up = false;
+	const unsigned ep = ld_volatile_u32(&ctrl->twoshot_epoch);
+	const unsigned flag = ep % 0xfffffffeu + 1u; /* never 0, never last call's */
+	const size_t slot_vecs = p.slot_bytes / 16;
+
+	/* 1. Scatter: rows of slice s go to slot `rank` of rank s's scatter area. */
+	for (int s = 0; s < N; s++) {
+		size_t b, e;
+		slice_of(p.tokens, N, s, b, e);
+		uint4 *dst = reinterpret_cast<uint4 *>(p.bufs[s] + p.scatter) + (size_t)p.rank * slot_vecs;
+		for (size_t row = b + blockIdx.x; row < e; row += gridDim.x) {
+			const size_t base = row * (size_t)p.hvec;
+#pragma unroll
+			for (int k = 0; k < VPT; k++) {
+				const int idx = threadIdx.x + k * blockDim.x;
+				if (idx < p.hvec)
+					dst[base + idx] = p.x[base + idx];
+			}
+		}
+	}
+	barrier<N>(p, 0, flag, deadline, gave_up);
+
+	/* 2. Reduce our slice in rank order, residual + norm, push to every rank. */
+	{
+		size_t b, e;
+		slice_of(p.tokens, N, p.rank, b, e);
+		const uint4 *in = reinterpret_cast<const uint4 *>(p.bufs[p.rank] + p.scatter);
+		for (size_t row = b + blockIdx.x; row < e; row += gridDim.x) {
+			const size_t base = row * (size_t)p.hvec;
+			uint4 ro[VPT];
+			float ss = 0.f;
+#pragma unroll
+			for (int k = 0; k < VPT; k++) {
+				const int idx = threadIdx.x + k * blockDim.x;
+				if (idx < p.hvec) {
+					uint4 v[N];
+#pragma unroll
+					for (int q = 0; q < N; q++)
+						v[q] = __ldcg(in + q * slot_vecs + base + idx);
+					float f[E];
+#pragma unroll
+					for (int e2 = 0; e2 < E; e2++)
+						f[e2] = 0.f;
+#pragma unroll
+					for (int q = 0; q < N; q++) {
+						float g[E];
+						Ops<T>::unpack(v[q], g);
+#pragma unroll
+						for (int e2 = 0; e2 < E; e2++)
+							f[e2] += g[e2];
+					}
+					ro[k] = add_residual<T>(f, p.res_in[base + idx], ss);
+				}
+			}
+			finish_row<T, VPT, N>(p, row, ro, ss, red);
+		}
+	}
+	barrier<N>(p, 1, flag, deadline, gave_up);
+
+	/* 3. Gather: the other slices arrived in our gather area. */
+	{
+		const uint4 *gr = reinterpret_cast<const uint4 *>(p.bufs[p.rank] + p.gather_res);
+		const uint4 *gn = reinterpret_cast<const uint4 *>(p.bufs[p.rank] + p.gather_norm);
+		for (int s = 0; s < N; s++) {
+			if (s == p.rank)
+				continue;
+			size_t b, e;
+			slice_of(p.tokens, N, s, b, e);
+			for (size_t row = b + blockIdx.x; row < e; row += gridDim.x) {
+				const size_t base = row * (size_t)p.hvec;
+#pragma unroll
+				for (int k = 0; k < VPT; k++) {
+					const int idx = threadIdx.x + k * blockDim.x;
+					if (idx < p.hvec) {
+						const uint4 r = __ldcg(gr + base + idx);
+						const uint4 n = __ldcg(gn + base + idx);
+						p.res_out[base + idx] = r;
+						p.norm_out[base + idx] = n;
+					}
+				}
+			}
+		}
+	}
+
+	last_block(ctrl, [&] { ctrl->twoshot_epoch = ep + 1; });
+}
+
+/* ---- -0.0 fill ---- */
+
+__global__ void fill_u32_kernel(unsigned *p, size_t n, unsigned v)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		p[i] = v;
+}
+
+__global__ void fill_u16_kernel(unsigned short *p, unsigned short v)
+{
+	*p = v;
+}
+
+/* ---- kernel table ---- */
+
+template <typename T, int N, int VPT> const void *kernel_of(enum dptp_ar_algo a)
+{
+	switch (a) {
+	case DPTP_AR_ONESHOT: return (const void *)oneshot_kernel<T, N, VPT>;
+	case DPTP_AR_TWOSHOT: return (const void *)twoshot_kernel<T, N, VPT>;
+	default: return (const void *)norm_kernel<T, VPT>;
+	}
+}
+
+template <typename T, int N> const void *by_vpt(enum dptp_ar_algo a, int vpt)
+{
+	switch (vpt) {
+	case 1: return kernel_of<T, N, 1>(a);
+	case 2: return kernel_of<T, N, 2>(a);
+	case 4: return kernel_of<T, N, 4>(a);
+	case 8: return kernel_of<T, N, 8>(a);
+	default: return NULL;
+	}
+}
+
+template <typename T> const void *by_ranks(enum dptp_ar_algo a, int n, int vpt)
+{
+	if (a == DPTP_AR_NORM_ONLY || n == 1)
+		return by_vpt<T, 2>(DPTP_AR_NORM_ONLY, vpt); /* N unused by norm_kernel */
+	switch (n) {
+	case 2: return by_vpt<T, 2>(a, vpt);
+	case 4: return by_vpt<T, 4>(a, vpt);
+	case 8: return by_vpt<T, 8>(a, vpt);
+	default: return NULL;
+	}
+}
+
+const void *kernel_for(enum dptp_ar_algo a, enum dptp_dtype dt, int n, int vpt)
+{
+	switch (dt) {
+	case DPTP_DTYPE_FP32: return by_ranks<float>(a, n, vpt);
+	case DPTP_DTYPE_FP16: return by_ranks<__half>(a, n, vpt);
+	case DPTP_DTYPE_BF16: return by_ranks<__nv_bfloat16>(a, n, vpt);
+	}
+	return NULL;
+}
+
+int resident_of(const void *fn, int threads, int *blocks, struct dptp_err *err)
+{
+	int dev = 0, sms = 0, per_sm = 0;
+	DPTP_CU_TRY(cudaGetDevice(&dev), err, "cudaGetDevice");
+	DPTP_CU_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err,
+		    "cudaDeviceGetAttribute");
+	DPTP_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0), err,
+		    "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+	*blocks = per_sm * sms;
+	return 0;
+}
+
+bool aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15u) == 0;
+}
+
+int check_ptrs(const struct dptp_ar_args *a, struct dptp_err *err)
+{
+	if (!a->x || !a->residual_in || !a->gamma || !a->residual_out || !a->norm_out)
+		return dptp_kerr(err, -EINVAL, "fused allreduce: a buffer is NULL");
+	if (!aligned16(a->x) || !aligned16(a->residual_in) || !aligned16(a->gamma) ||
+	    !aligned16(a->residual_out) || !aligned16(a->norm_out))
+		return dptp_kerr(err, -EINVAL, "fused allreduce: buffers must be 16-byte aligned");
+	return 0;
+}
+
+void fill_common(Params &k, const struct dptp_ar_args *a, enum dptp_dtype dt,
+		 const struct dptp_ar_shape &sh)
+{
+	k.x = (const uint4 *)a->x;
+	k.res_in = (const uint4 *)a->residual_in;
+	k.gamma = (const uint4 *)a->gamma;
+	k.res_out = (uint4 *)a->residual_out;
+	k.norm_out = (uint4 *)a->norm_out;
+	k.tokens = a->tokens;
+	k.hvec = (int)sh.hvec;
+	k.eps = a->eps;
+	k.inv_hidden = 1.0f / (float)a->hidden;
+	k.timeout_ns = a->timeout_ns ? a->timeout_ns : DEFAULT_TIMEOUT_NS;
+	(void)dt;
+}
+
+int launch(const void *fn, int grid, int threads, Params &k, cudaStream_t s,
+	   struct dptp_err *err)
+{
+	void *args[] = {&k};
+	DPTP_CU_TRY(cudaLaunchKernel(fn, dim3(grid), dim3(threads), args, 0, s), err,
+		    "cudaLaunchKernel");
+	return 0;
+}
+
+} // namespace
+
+struct dptp_cuda_ar {
+	struct dptp_cuda_ar_config cfg;
+	struct dptp_ar_layout lay;
+	Ctrl *ctrl;
+	int device;
+	size_t cached_hidden;
+	int cached_resident[2];	/* oneshot, twoshot */
+};
+
+int dptp_cuda_fill_neg_zero(void *dptr, size_t count, enum dptp_dtype dt, void *stream,
+			    struct dptp_err *err)
+{
+	cudaStream_t s = (cudaStream_t)stream;
+	size_t bytes = count * dptp_dtype_bytes(dt);
+	if (((uintptr_t)dptr & 3u) != 0)
+		return dptp_kerr(err, -EINVAL, "fill -0.0: pointer not 4-byte aligned");
+	const unsigned word = dt == DPTP_DTYPE_FP32 ? 0x80000000u : 0x80008000u;
+	size_t words = bytes / 4;
+	if (words) {
+		size_t g = (words + 255) / 256;
+		if (g > 4096)
+			g = 4096;
+		fill_u32_kernel<<<(unsigned)g, 256, 0, s>>>((unsigned *)dptr, words, word);
+		DPTP_CU_TRY(cudaGetLastError(), err, "fill -0.0 launch");
+	}
+	if (bytes % 4) {
+		fill_u16_kernel<<<1, 1, 0, s>>>((unsigned short *)((char *)dptr + words * 4), 0x8000);
+		DPTP_CU_TRY(cudaGetLastError(), err, "fill -0.0 launch");
+	}
+	if (!s)
+		DPTP_CU_TRY(cudaStreamSynchronize(0), err, "cudaStreamSynchronize");
+	return 0;
+}
+
+static int ar_init_state(struct dptp_cuda_ar *ar, struct dptp_err *err)
+{
+	const struct dptp_ar_layout *l = &ar->lay;
+	char *own = (char *)ar->cfg.peer_bufs[ar->cfg.rank];
+	const size_t elsize = dptp_dtype_bytes(ar->cfg.dtype);
+	DPTP_CU_TRY(cudaMemset(ar->ctrl, 0, sizeof(Ctrl)), err, "cudaMemset");
+	for (int i = 0; i < 3; i++) {
+		int rc = dptp_cuda_fill_neg_zero(own + l->lamport[i],
+						 l->slot_bytes * (size_t)ar->cfg.nranks / elsize,
+						 ar->cfg.dtype, NULL, err);
+		if (rc)
+			return rc;
+	}
+	DPTP_CU_TRY(cudaMemset(own + l->scatter, 0, l->total - l->scatter), err, "cudaMemset");
+	DPTP_CU_TRY(cudaDeviceSynchronize(), err, "cudaDeviceSynchronize");
+	return 0;
+}
+
+int dptp_cuda_ar_create(const struct dptp_cuda_ar_config *cfg, struct dptp_cuda_ar **out,
+			struct dptp_err *err)
+{
+	*out = NULL;
+	const int n = cfg->nranks;
+	if (n != 1 && n != 2 && n != 4 && n != 8)
+		return dptp_kerr(err, -EINVAL, "fused allreduce: ranks %d, not 1, 2, 4 or 8", n);
+	if (cfg->rank < 0 || cfg->rank >= n)
+		return dptp_kerr(err, -EINVAL, "fused allreduce: rank %d of %d", cfg->rank, n);
+	struct dptp_cuda_ar *ar = (struct dptp_cuda_ar *)calloc(1, sizeof(*ar));
+	if (!ar)
+		return dptp_kerr(err, -ENOMEM, "out of host memory");
+	ar->cfg = *cfg;
+	int rc = 0;
+	if (n > 1 && dptp_ar_layout_get(n, cfg->max_bytes, &ar->lay)) {
+		rc = dptp_kerr(err, -EINVAL, "fused allreduce: bad max_bytes %zu", cfg->max_bytes);
+		goto fail;
+	}
+	for (int i = 0; i < n && n > 1; i++) {
+		if (!cfg->peer_bufs[i] || ((uintptr_t)cfg->peer_bufs[i] & 255u)) {
+			rc = dptp_kerr(err, -EINVAL,
+				       "fused allreduce: buffer of rank %d is NULL or not 256-byte aligned", i);
+			goto fail;
+		}
+	}
+	rc = dptp_cuda_check(cudaGetDevice(&ar->device), err, "cudaGetDevice");
+	if (rc)
+		goto fail;
+	rc = dptp_cuda_check(cudaMalloc((void **)&ar->ctrl, sizeof(Ctrl)), err, "cudaMalloc");
+	if (rc)
+		goto fail;
+	if (n > 1) {
+		rc = ar_init_state(ar, err);
+		if (rc)
+			goto fail;
+	} else {
+		rc = dptp_cuda_check(cudaMemset(ar->ctrl, 0, sizeof(Ctrl)), err, "cudaMemset");
+		if (rc)
+			goto fail;
+	}
+	*out = ar;
+	return 0;
+fail:
+	dptp_cuda_ar_destroy(ar);
+	return rc;
+}
+
+void dptp_cuda_ar_destroy(struct dptp_cuda_ar *ar)
+{
+	if (!ar)
+		return;
+	if (ar->ctrl)
+		(void)cudaFree(ar->ctrl);
+	free(ar);
+}
+
+int dptp_cuda_ar_reset(struct dptp_cuda_ar *ar, struct dptp_err *err)
+{
+	if (ar->cfg.nranks == 1)
+		return dptp_cuda_check(cudaMemset(ar->ctrl, 0, sizeof(Ctrl)), err, "cudaMemset");
+	return ar_init_state(ar, err);
+}
+
+int dptp_cuda_ar_resident_blocks(enum dptp_dtype dt, size_t hidden, int nranks, int *blocks,
+				 struct dptp_err *err)
+{
+	struct dptp_ar_shape sh;
+	if (dptp_ar_shape_get(hidden, dt, &sh))
+		return dptp_kerr(err, -EINVAL, "hidden %zu not supported", hidden);
+	int best = 0;
+	const enum dptp_ar_algo algos[] = {DPTP_AR_ONESHOT, DPTP_AR_TWOSHOT};
+	for (int i = 0; i < (nranks > 1 ? 2 : 1); i++) {
+		const void *fn = kernel_for(nranks > 1 ? algos[i] : DPTP_AR_NORM_ONLY, dt, nranks, sh.vpt);
+		if (!fn)
+			return dptp_kerr(err, -EINVAL, "no kernel for ranks %d", nranks);
+		int b = 0;
+		int rc = resident_of(fn, sh.threads, &b, err);
+		if (rc)
+			return rc;
+		if (i == 0 || b < best)
+			best = b;
+	}
+	*blocks = best;
+	return 0;
+}
+
+int dptp_cuda_ar_fused(struct dptp_cuda_ar *ar, const struct dptp_ar_args *a, void *stream,
+		       enum dptp_ar_algo *used, struct dptp_err *err)
+{
+	const int n = ar->cfg.nranks;
+	const enum dptp_dtype dt = ar->cfg.dtype;
+	int rc = check_ptrs(a, err);
+	if (rc)
+		return rc;
+	enum dptp_ar_algo algo = a->algo;
+	if (n == 1)
+		algo = DPTP_AR_NORM_ONLY;
+	else if (algo == DPTP_AR_AUTO)
+		algo = dptp_ar_choose(n, a->tokens, a->hidden, dt);
+	rc = dptp_ar_validate(n, a->tokens, a->hidden, dt, n > 1 ? ar->cfg.max_bytes : 0, algo,
+			      err);
+	if (rc)
+		return rc;
+	struct dptp_ar_shape sh;
+	dptp_ar_shape_get(a->hidden, dt, &sh);
+	const void *fn = kernel_for(algo, dt, n, sh.vpt);
+	if (!fn)
+		return dptp_kerr(err, -EINVAL, "no kernel for this shape");
+
+	int resident = 0;
+	if (a->max_blocks <= 0) {
+		if (ar->cached_hidden != a->hidden) {
+			rc = dptp_cuda_ar_resident_blocks(dt, a->hidden, n, &ar->cached_resident[0], err);
+			if (rc)
+				return rc;
+			ar->cached_hidden = a->hidden;
+		}
+		resident = ar->cached_resident[0];
+	}
+	const int grid = dptp_ar_grid(algo, n, a->tokens, a->max_blocks, resident);
+
+	Params k;
+	memset(&k, 0, sizeof(k));
+	fill_common(k, a, dt, sh);
+	for (int i = 0; i < n; i++)
+		k.bufs[i] = (char *)ar->cfg.peer_bufs[i];
+	k.ctrl = ar->ctrl;
+	k.rank = ar->cfg.rank;
+	k.slot_bytes = ar->lay.slot_bytes;
+	for (int i = 0; i < 3; i++)
+		k.lamport[i] = ar->lay.lamport[i];
+	k.scatter = ar->lay.scatter;
+	k.gather_res = ar->lay.gather_res;
+	k.gather_norm = ar->lay.gather_norm;
+	k.flags = ar->lay.flags;
+	rc = launch(fn, grid, sh.threads, k, (cudaStream_t)stream, err);
+	if (rc)
+		return rc;
+	if (used)
+		*used = algo;
+	return 0;
+}
+
+int dptp_cuda_ar_check(struct dptp_cuda_ar *ar, void *stream, struct dptp_err *err)
+{
+	DPTP_CU_TRY(cudaStreamSynchronize((cudaStream_t)stream), err, "cudaStreamSynchronize");
+	int e = 0;
+	DPTP_CU_TRY(cudaMemcpy(&e, &ar->ctrl->error, sizeof(e), cudaMemcpyDeviceToHost), err,
+		    "cudaMemcpy");
+	if (!e)
+		return 0;
+	const int zero = 0;
+	DPTP_CU_TRY(cudaMemcpy(&ar->ctrl->error, &zero, sizeof(zero), cudaMemcpyHostToDevice), err,
+		    "cudaMemcpy");
+	return dptp_kerr(err, -ETIMEDOUT, "rank %d of %d: %s%s%s timed out waiting for a peer",
+			 ar->cfg.rank, ar->cfg.nranks, (e & ERR_LAMPORT) ? "one-shot read" : "",
+			 (e & ERR_LAMPORT) && (e & ERR_BARRIER) ? " and " : "",
+			 (e & ERR_BARRIER) ? "two-shot barrier" : "");
+}
+
+int dptp_cuda_residual_rmsnorm(const struct dptp_ar_args *a, enum dptp_dtype dt, void *stream,
+			       struct dptp_err *err)
+{
+	int rc = check_ptrs(a, err);
+	if (rc)
+		return rc;
+	rc = dptp_ar_validate(1, a->tokens, a->hidden, dt, 0, DPTP_AR_NORM_ONLY, err);
+	if (rc)
+		return rc;
+	struct dptp_ar_shape sh;
+	dptp_ar_shape_get(a->hidden, dt, &sh);
+	const void *fn = kernel_for(DPTP_AR_NORM_ONLY, dt, 1, sh.vpt);
+	const int grid = dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, a->tokens, a->max_blocks, 0);
+	Params k;
+	memset(&k, 0, sizeof(k));
+	fill_common(k, a, dt, sh);
+	return launch(fn, grid, sh.threads, k, (cudaStream_t)stream, err);
+}

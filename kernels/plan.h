@@ -1,0 +1,52 @@
+/* Host-side planning of the fused kernels, in plain C so that unit tests
+ * without a GPU can reach it: buffer layout, launch shape, limits, the
+ * one-shot/two-shot choice. Internal to kernels/ (and its tests). */
+#ifndef DPTP_KERNELS_PLAN_H
+#define DPTP_KERNELS_PLAN_H
+
+#include <stddef.h>
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Offsets inside one rank's IPC buffer, all 256-byte aligned. */
+struct dptp_ar_layout {
+	size_t slot_bytes;	/* one rank's x: max_bytes rounded up */
+	size_t lamport[3];	/* each nranks slots of slot_bytes */
+	size_t scatter;		/* nranks slots: two-shot reduce-scatter input */
+	size_t gather_res;	/* one slot: residual_out rows from the slice owners */
+	size_t gather_norm;	/* one slot: norm_out rows */
+	size_t flags;		/* 2 barriers x DPTP_AR_MAX_BLOCKS x DPTP_AR_MAX_RANKS u32 */
+	size_t total;
+};
+
+/* 0, or -EINVAL when nranks is not 1, 2, 4, 8 or max_bytes is 0 or too large. */
+int dptp_ar_layout_get(int nranks, size_t max_bytes, struct dptp_ar_layout *l);
+
+/* One thread block per token row: threads x vpt 16-byte vectors cover it. */
+struct dptp_ar_shape {
+	int vpt;		/* vectors per thread: 1, 2, 4, 8 */
+	int threads;		/* multiple of 32, <= 512 */
+	size_t hvec;		/* hidden in 16-byte vectors */
+};
+int dptp_ar_shape_get(size_t hidden, enum dptp_dtype dt, struct dptp_ar_shape *s);
+
+/* Blocks of one launch: one per row (oneshot/norm: tokens; two-shot: the
+ * largest slice), capped by max_blocks (when > 0), resident and
+ * DPTP_AR_MAX_BLOCKS; at least 1. */
+int dptp_ar_grid(enum dptp_ar_algo algo, int nranks, size_t tokens, int max_blocks, int resident);
+
+/* Two-shot token slices: rows [*begin, *end) belong to rank s. */
+void dptp_ar_slice(size_t tokens, int nranks, int s, size_t *begin, size_t *end);
+
+/* One-shot limit of dptp_ar_choose, in bytes of one rank's x. */
+size_t dptp_ar_oneshot_max_bytes(int nranks);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
