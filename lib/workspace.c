@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 uint64_t dptp_opid_draw(const struct dptp_ctx *c)
@@ -346,13 +347,20 @@ int dptp_workspace_fused_allreduce(struct dptp_workspace *ws, const void *x,
 			i = first_neg_zero(slot, i, n, dt);
 			if (i == n)
 				break;
-			if ((++spins & 63) == 0) {
+			/* spin briefly, then sleep: on an oversubscribed host the
+			 * peer we wait for needs this CPU */
+			if (++spins > 64) {
+				struct timespec ts = { 0, spins > 1024 ? 50000 : 10000 };
+				nanosleep(&ts, NULL);
+			} else {
+				sched_yield();
+			}
+			if ((spins & 15) == 0) {
 				if (dptp_now() > deadline)
 					return dptp_err_set(err, -ETIMEDOUT,
 						"Lamport buffer %u: still waiting for group rank %d (global rank %d): "
 						"element %zu of %zu not written",
 						b, j, ws->xg->ranks[j < ws->xg->size ? j : 0], i, n);
-				sched_yield();
 			}
 		}
 	}

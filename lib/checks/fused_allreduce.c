@@ -121,16 +121,6 @@ static void fused_run(struct dptp_ctx *c, struct dptp_check_result *res)
 		uint64_t seed = c->p.seed + (uint64_t)it * 7919;
 		fill(b.x, n, seed, (uint64_t)c->rank, dt);
 		fill(b.res_in, n, seed, 0x12e5ULL + (uint64_t)tp->ranks[0], dt);
-		/* the reference, from the seed alone: the members' inputs summed in
-		 * group order in fp32 */
-		memset(b.sum, 0, n * sizeof(float));
-		for (int j = 0; j < tp->size; j++) {
-			fill(b.peer_x, n, seed, (uint64_t)tp->ranks[j], dt);
-			for (size_t i = 0; i < n; i++)
-				b.sum[i] += dptp_load_elt(b.peer_x, i, dt);
-		}
-		dptp_residual_rmsnorm_ref(b.sum, b.res_in, b.gamma, b.ref_res, b.ref_norm, tokens, hidden,
-					  (float)c->p.eps, dt);
 		if (use_ws) {
 			rc = dptp_workspace_fused_allreduce(&ws, b.x, b.res_in, b.gamma, b.res_out, b.norm_out,
 							    tokens, hidden, (float)c->p.eps, c->x.deadline, &err);
@@ -147,6 +137,16 @@ static void fused_run(struct dptp_ctx *c, struct dptp_check_result *res)
 			dptp_residual_rmsnorm_ref(b.sum, b.res_in, b.gamma, b.res_out, b.norm_out, tokens, hidden,
 						  (float)c->p.eps, dt);
 		}
+		/* the reference, from the seed alone: the members' inputs summed in
+		 * group order in fp32 */
+		memset(b.sum, 0, n * sizeof(float));
+		for (int j = 0; j < tp->size; j++) {
+			fill(b.peer_x, n, seed, (uint64_t)tp->ranks[j], dt);
+			for (size_t i = 0; i < n; i++)
+				b.sum[i] += dptp_load_elt(b.peer_x, i, dt);
+		}
+		dptp_residual_rmsnorm_ref(b.sum, b.res_in, b.gamma, b.ref_res, b.ref_norm, tokens, hidden,
+					  (float)c->p.eps, dt);
 		if (!compare(c, &b, n, hidden, it, res, &max_abs, &max_rel))
 			break;
 	}
