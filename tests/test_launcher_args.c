@@ -1,0 +1,215 @@
+/* Unit tests of dptp-run's command line, template substitution and failure
+ * report (launcher/args.c, env.c, report.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../launcher/args.h"
+#include "../launcher/env.h"
+#include "../launcher/report.h"
+
+static FILE *sink;
+
+static enum run_args_result parse(struct run_opts *o, const char **args)
+{
+	char *argv[32] = {"dptp-run"};
+	int argc = 1;
+	for (; args[argc - 1]; argc++)
+		argv[argc] = (char *)args[argc - 1];
+	return run_args_parse(o, argc, argv, sink, sink);
+}
+
+static void test_defaults(void **state)
+{
+	struct run_opts o;
+	const char *a[] = {"train.py", "--lr", "1", NULL};
+	unsetenv("PET_NPROC_PER_NODE");
+	assert_int_equal(parse(&o, a), RUN_ARGS_OK);
+	assert_int_equal(o.nproc, 1);
+	assert_int_equal(o.max_nodes, 1);
+	assert_string_equal(o.rdzv_backend, "static");
+	assert_string_equal(o.rdzv_id, "none");
+	assert_string_equal(o.role, "default");
+	assert_string_equal(o.master_addr, "127.0.0.1");
+	assert_int_equal(o.master_port, 29500);
+	assert_int_equal(o.nsignals, 4);
+	assert_string_equal(o.script, "train.py");
+	assert_int_equal(o.nscript_args, 2);
+	assert_string_equal(o.script_args[0], "--lr");
+	run_opts_release(&o);
+}
+
+static void test_spellings(void **state)
+{
+	const char *forms[][4] = {
+		{"--nproc-per-node", "4", "t", NULL},
+		{"--nproc_per_node=4", "t", NULL},
+		{"--nproc", "4", "t", NULL},
+		{"--nproc_per=4", "t", NULL},
+	};
+	for (size_t i = 0; i < DPTP_ARRAY_LEN(forms); i++) {
+		struct run_opts o;
+		assert_int_equal(parse(&o, forms[i]), RUN_ARGS_OK);
+		assert_int_equal(o.nproc, 4);
+		run_opts_release(&o);
+	}
+}
+
+static void test_short_and_remainder(void **state)
+{
+	struct run_opts o;
+	const char *a[] = {"-r3", "-t=1", "-m", "mod", "--nproc-per-node=9", NULL};
+	assert_int_equal(parse(&o, a), RUN_ARGS_OK);
+	assert_int_equal(run_std_for(&o.redirects, 5), 3);
+	assert_int_equal(run_std_for(&o.tee, 0), 1);
+	assert_true(o.module);
+	assert_int_equal(o.nproc, 1);
+	assert_int_equal(o.nscript_args, 1);
+	run_opts_release(&o);
+}
+
+static void test_pet(void **state)
+{
+	struct run_opts o;
+	const char *a[] = {"t", NULL};
+	const char *b[] = {"--nproc-per-node=2", "t", NULL};
+	setenv("PET_NPROC_PER_NODE", "3", 1);
+	setenv("PET_STANDALONE", "1", 1);
+	assert_int_equal(parse(&o, a), RUN_ARGS_OK);
+	assert_int_equal(o.nproc, 3);
+	assert_true(o.standalone);
+	run_opts_release(&o);
+	assert_int_equal(parse(&o, b), RUN_ARGS_OK);
+	assert_int_equal(o.nproc, 2);
+	run_opts_release(&o);
+	setenv("PET_STANDALONE", "yes", 1);
+	assert_int_equal(parse(&o, a), RUN_ARGS_USAGE);
+	unsetenv("PET_NPROC_PER_NODE");
+	unsetenv("PET_STANDALONE");
+}
+
+static void test_errors(void **state)
+{
+	const char *bad[][4] = {
+		{NULL},
+		{"--n=1", "t", NULL},
+		{"--nnodes=1:2", "t", NULL},
+		{"--nnodes=x", "t", NULL},
+		{"--nproc-per-node=two", "t", NULL},
+		{"--no-python", "-m", "t", NULL},
+		{"--standalone=1", "t", NULL},
+		{"--max-restarts", "-1", "t", NULL},
+		{"--start-method=x", "t", NULL},
+		{"-r", "0:4", "t", NULL},
+		{"--rdzv-conf=timeout", "t", NULL},
+		{"--bogus", "t", NULL},
+		{"--master-port=70000", "t", NULL},
+	};
+	for (size_t i = 0; i < DPTP_ARRAY_LEN(bad); i++) {
+		struct run_opts o;
+		assert_int_equal(parse(&o, bad[i]), RUN_ARGS_USAGE);
+	}
+}
+
+static void test_std(void **state)
+{
+	struct run_std s;
+	struct dptp_err err = {0};
+	assert_int_equal(run_std_parse("0:1,3:2", &s, &err), 0);
+	assert_int_equal(run_std_for(&s, 0), 1);
+	assert_int_equal(run_std_for(&s, 1), 0);
+	assert_int_equal(run_std_for(&s, 3), 2);
+	assert_int_equal(run_std_for(&s, 12), 0);
+	assert_true(run_std_parse("0:1,", &s, &err) < 0);
+	assert_true(run_std_parse("12:1", &s, &err) < 0);
+	assert_non_null(strstr(err.msg, "does not match"));
+}
+
+static void test_endpoint(void **state)
+{
+	char host[64];
+	int port;
+	struct dptp_err err = {0};
+	assert_int_equal(run_parse_endpoint("node1:29400", host, sizeof(host), &port, &err), 0);
+	assert_string_equal(host, "node1");
+	assert_int_equal(port, 29400);
+	assert_int_equal(run_parse_endpoint("[::1]:5", host, sizeof(host), &port, &err), 0);
+	assert_string_equal(host, "::1");
+	assert_int_equal(port, 5);
+	assert_int_equal(run_parse_endpoint("h", host, sizeof(host), &port, &err), 0);
+	assert_int_equal(port, -1);
+	assert_true(run_parse_endpoint("h:x", host, sizeof(host), &port, &err) < 0);
+}
+
+static void test_template(void **state)
+{
+	const char *k[] = {"role_name", "rank", "local_rank"};
+	const char *v[] = {"trainer", "5", "1"};
+	char *s = env_template_subst("[${role_name}$local_rank]:$rank $$ ${other} $ $x ${rank", k, v, 3);
+	assert_string_equal(s, "[trainer1]:5 $ ${other} $ $x ${rank");
+	free(s);
+}
+
+static void test_error_json(void **state)
+{
+	char *msg;
+	long long ts;
+	assert_int_equal(report_parse_error_json(
+		"{\"message\": {\"message\": \"ValueError: boom\", \"extraInfo\": "
+		"{\"py_callstack\": \"Traceback:\\n  x\\nValueError: boom\\n\", \"timestamp\": \"1701525202\"}}}",
+		&msg, &ts), 0);
+	assert_string_equal(msg, "Traceback:\n    x\n  ValueError: boom\n  ");
+	assert_int_equal(ts, 1701525202);
+	free(msg);
+	assert_int_equal(report_parse_error_json("{\"message\": \"plain \\u00e9\", \"timestamp\": 12}", &msg, &ts), 0);
+	assert_string_equal(msg, "plain \xc3\xa9");
+	assert_int_equal(ts, 12);
+	free(msg);
+	assert_int_equal(report_parse_error_json("{\"nope\": 1}", &msg, &ts), -1);
+}
+
+static void test_report(void **state)
+{
+	struct failure f[2];
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	failure_init(&f[0], 1, 1, 680, 3, NULL, NULL);
+	failure_init(&f[1], 0, 0, 679, -15, NULL, NULL);
+	f[0].timestamp = f[1].timestamp = 0;
+	report_write(m, "sh", f, 2, "localhost");
+	fclose(m);
+	assert_non_null(strstr(buf, "============================================================\nsh FAILED\n"
+		"------------------------------------------------------------\nFailures:\n[1]:\n"));
+	assert_non_null(strstr(buf, "  exitcode  : -15 (pid: 679)\n  error_file: <N/A>\n"
+		"  traceback : Signal 15 (SIGTERM) received by PID 679\n"));
+	assert_non_null(strstr(buf, "Root Cause (first observed failure):\n[0]:\n"));
+	assert_non_null(strstr(buf, "  rank      : 1 (local_rank: 1)\n  exitcode  : 3 (pid: 680)\n"));
+	free(buf);
+	failure_release(&f[0]);
+	failure_release(&f[1]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_spellings),
+		cmocka_unit_test(test_short_and_remainder),
+		cmocka_unit_test(test_pet),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_std),
+		cmocka_unit_test(test_endpoint),
+		cmocka_unit_test(test_template),
+		cmocka_unit_test(test_error_json),
+		cmocka_unit_test(test_report),
+	};
+	sink = fopen("/dev/null", "w");
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
