@@ -226,7 +226,7 @@ int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err)
 	const char *tmp = getenv("TMPDIR");
 	pmix_info_t info[5];
 	size_t ninfo = 0;
-	bool no = false, hwloc_env = false;
+	bool no = false, hwloc_env = false, gds_env = false;
 	pmix_status_t rc;
 
 	memset(s, 0, sizeof(*s));
@@ -255,6 +255,13 @@ int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err)
 		setenv("HWLOC_PLUGINS_PATH", s->tmpdir, 1);
 		hwloc_env = true;
 	}
+	/* the shared-memory datastores cost ~2 ms to set up and tear down per
+	 * job; for one node's worth of ranks the hash store serves as well.
+	 * Clients learn the choice from PMIX_GDS_MODULE (setup_fork). */
+	if (!getenv("PMIX_MCA_gds")) {
+		setenv("PMIX_MCA_gds", "hash", 1);
+		gds_env = true;
+	}
 	PMIX_INFO_LOAD(&info[ninfo], PMIX_SERVER_TMPDIR, s->tmpdir, PMIX_STRING);
 	ninfo++;
 	PMIX_INFO_LOAD(&info[ninfo], PMIX_SYSTEM_TMPDIR, s->tmpdir, PMIX_STRING);
@@ -270,6 +277,8 @@ int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err)
 		unsetenv("HWLOC_COMPONENTS");
 		unsetenv("HWLOC_PLUGINS_PATH");
 	}
+	if (gds_env)
+		unsetenv("PMIX_MCA_gds");
 	for (size_t i = 0; i < ninfo; i++)
 		PMIX_INFO_DESTRUCT(&info[i]);
 	if (rc != PMIX_SUCCESS) {

@@ -77,6 +77,15 @@ static const char *signame(int sig, char *buf, size_t len)
 	return buf;
 }
 
+/* DPTP_RUN_TIMING=1: phase timings on stderr, for bench/launch.py */
+static double t_start;
+static bool timing;
+static void phase(const char *what)
+{
+	if (timing)
+		fprintf(stderr, "dptp-run: %8.3f ms %s\n", (dptp_now() - t_start) * 1e3, what);
+}
+
 static void record(struct job *j, struct worker *w, int exitcode, const char *abort_msg)
 {
 	struct failure *g = realloc(j->fail, (j->nfail + 1) * sizeof(*g));
@@ -428,6 +437,7 @@ static enum attempt_result attempt(struct job *j)
 			j->hostname, getuid(), getgid(), &err) < 0)
 			goto error;
 	}
+	phase("nspace and clients registered");
 	if (start_workers(j, attempt_dir, &err) < 0) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		begin_stop(j, SIGTERM);
@@ -435,7 +445,9 @@ static enum attempt_result attempt(struct job *j)
 		res = ATT_ERROR;
 		goto out;
 	}
+	phase("workers started");
 	monitor(j);
+	phase("workers done");
 	if (j->signal_received) {
 		res = ATT_SIGNALLED;
 		goto out;
@@ -456,7 +468,6 @@ static enum attempt_result attempt(struct job *j)
 error:
 	fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 out:
-	pmix_srv_deregister_job(&j->srv);
 	free(attempt_dir);
 	return res;
 }
@@ -469,6 +480,8 @@ int supervise_run(const struct run_opts *o)
 	int status = 1;
 	const char *env;
 
+	t_start = dptp_now();
+	timing = getenv("DPTP_RUN_TIMING") != NULL;
 	if ((env = getenv("DPTP_RUN_STOP_TIMEOUT")) && dptp_parse_double(env, 0, 86400, &j.stop_timeout) < 0) {
 		fprintf(stderr, "dptp-run: error: invalid DPTP_RUN_STOP_TIMEOUT '%s'\n", env);
 		return 2;
@@ -493,11 +506,13 @@ int supervise_run(const struct run_opts *o)
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		goto out;
 	}
+	phase("rendezvous, log dirs");
 	spawn_prepare();
 	if (gethostname(j.hostname, sizeof(j.hostname) - 1) < 0)
 		snprintf(j.hostname, sizeof(j.hostname), "localhost");
 	if (pmix_srv_init(&j.srv, &err) < 0)
 		fprintf(stderr, "dptp-run: warning: %s; workers get no PMIx server\n", err.msg);
+	phase("pmix server up");
 
 	for (;;) {
 		enum attempt_result r = attempt(&j);
@@ -517,6 +532,7 @@ int supervise_run(const struct run_opts *o)
 				logmsg('I', "[%s] Worker group FAILED. %u/%u attempts left; will restart worker group", o->role, left,
 					o->max_restarts);
 			free_workers(&j);
+			pmix_srv_deregister_job(&j.srv); /* the next attempt gets a new nspace */
 			j.restart_count++;
 			continue;
 		}
@@ -528,12 +544,15 @@ int supervise_run(const struct run_opts *o)
 	}
 out:
 	free_workers(&j);
+	phase("workers freed");
 	pmix_srv_finalize(&j.srv);
+	phase("pmix server finalized");
 	if (j.rdzv.ops)
 		j.rdzv.ops->shutdown(&j.rdzv);
 	log_dirs_release(&j.logs);
 	env_command_release(&j.cmd);
 	if (j.sigfd >= 0)
 		close(j.sigfd);
+	phase("finalized");
 	return status;
 }
