@@ -1,0 +1,34 @@
+/* libFuzzer: dptp-run's torchrun command line (launcher/args.c) on an argv
+ * made of the input split at NUL bytes. Help and usage go to /dev/null. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "args.h"
+#include "fuzz_argv.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static FILE *devnull;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (!devnull)
+		devnull = fopen("/dev/null", "w");
+	char *argv[FUZZ_MAX_ARGS + 1], *copy[FUZZ_MAX_ARGS + 1];
+	int argc = fuzz_argv_split(data, size, "dptp-run", argv, copy);
+	struct run_opts o;
+	memset(&o, 0, sizeof(o));
+	enum run_args_result r = run_args_parse(&o, argc, argv, devnull, devnull);
+	if (r != RUN_ARGS_OK && r != RUN_ARGS_HELP && r != RUN_ARGS_USAGE)
+		__builtin_trap();
+	if (r == RUN_ARGS_OK) {
+		for (unsigned lr = 0; lr < 16; lr++) {
+			(void)run_std_for(&o.redirects, lr);
+			(void)run_std_for(&o.tee, lr);
+		}
+	}
+	run_opts_release(&o);
+	fuzz_argv_free(copy);
+	return 0;
+}
