@@ -151,9 +151,17 @@ int dptp_ar_grid(enum dptp_ar_algo algo, int nranks, size_t tokens, int max_bloc
 	size_t g = rows;
 	if (max_blocks > 0 && g > (size_t)max_blocks)
 		g = (size_t)max_blocks;
+	if (algo == DPTP_AR_NORM_ONLY || nranks == 1) {
+		/* Nothing waits: one block per row, the hardware schedules the waves. */
+		if (g > ((size_t)1 << 30))
+			g = (size_t)1 << 30;
+		return g < 1 ? 1 : (int)g;
+	}
+	/* Blocks that wait for peers must all be resident; two-shot pairs
+	 * blocks through DPTP_AR_MAX_BLOCKS flag slots. */
 	if (resident > 0 && g > (size_t)resident)
 		g = (size_t)resident;
-	if (g > DPTP_AR_MAX_BLOCKS)
+	if (algo == DPTP_AR_TWOSHOT && g > DPTP_AR_MAX_BLOCKS)
 		g = DPTP_AR_MAX_BLOCKS;
 	return g < 1 ? 1 : (int)g;
 }

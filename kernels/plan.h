@@ -34,9 +34,9 @@ struct dptp_ar_shape {
 };
 int dptp_ar_shape_get(size_t hidden, enum dptp_dtype dt, struct dptp_ar_shape *s);
 
-/* Blocks of one launch: one per row (oneshot/norm: tokens; two-shot: the
- * largest slice), capped by max_blocks (when > 0), resident and
- * DPTP_AR_MAX_BLOCKS; at least 1. */
+/* Blocks of one launch: one per row (one-shot/norm: tokens; two-shot: the
+ * largest slice), capped by max_blocks (when > 0); one-shot and two-shot also
+ * by resident (their blocks wait for peers), two-shot by DPTP_AR_MAX_BLOCKS. */
 int dptp_ar_grid(enum dptp_ar_algo algo, int nranks, size_t tokens, int max_blocks, int resident);
 
 /* Two-shot token slices: rows [*begin, *end) belong to rank s. */
