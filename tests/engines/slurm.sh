@@ -134,6 +134,7 @@ SlurmdPidFile=$D/slurmd.pid
 SlurmctldLogFile=$D/log/slurmctld.log
 SlurmdLogFile=$D/log/slurmd.log
 MinJobAge=600
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=${CPUS} RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=${NODE} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
