@@ -14,6 +14,7 @@ modes:
 Exit 0 pass, 1 fail, 77 skip (no slurm / not root / the cluster cannot start).
 """
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -28,6 +29,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 import matrix  # noqa: E402  (run, expected, verify, status, LAYOUTS, FAULTS, CHECKS)
 
 SKIP = 77
+USERS = "users.lock"  # shared-locked by every test using the cluster
+TESTS_OWNER = "started-by-tests"  # present while a cluster started by a test is up
 SLURM_SH = os.path.join(HERE, "slurm.sh")
 SBATCH_SCRIPT = os.path.join(HERE, "dptp-check.sbatch")
 matrix.LAYOUTS.setdefault("dp8tp2", (16, 8, 1, 2))
@@ -35,40 +38,72 @@ matrix.LAYOUTS.setdefault("dp4tp4", (16, 4, 1, 4))
 
 
 class Slurm:
-    """Start the private cluster unless it is already up; stop it only if we started it."""
+    """Use the private cluster for the duration of a test. Several test runs
+    (other checkouts have their own cluster; the same checkout shares one) may
+    overlap: each holds a shared lock on USERS while it runs, and the last one
+    to leave stops the cluster, but only if a test started it (TESTS_OWNER);
+    a cluster started by hand with `slurm.sh start` is reused and left alone."""
 
     def __init__(self):
-        self.ours = False
+        self.users = None
+
+    def _lock(self, name, mode):
+        f = open(os.path.join(self.dir, name), "a+")
+        fcntl.flock(f, mode)
+        return f
 
     def __enter__(self):
         if shutil.which("srun") is None or shutil.which("slurmctld") is None:
             print("SKIP: slurm is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)")
             sys.exit(SKIP)
+        if os.geteuid() != 0:
+            print("SKIP: the private slurm cluster needs root")
+            sys.exit(SKIP)
         env_line = subprocess.run(["bash", SLURM_SH, "env"], capture_output=True, text=True).stdout
         os.environ["SLURM_CONF"] = env_line.strip().split("=", 1)[1]
+        self.dir = os.path.dirname(os.environ["SLURM_CONF"])
+        os.makedirs(self.dir, exist_ok=True)
         for k in [k for k in os.environ if k.startswith(("SLURM_", "SBATCH_", "SRUN_")) and k != "SLURM_CONF"]:
             del os.environ[k]  # an outer allocation must not leak into our jobs
-        if subprocess.run(["bash", SLURM_SH, "status"]).returncode == 0:
-            print("slurm: reusing the running cluster (%s)" % os.environ["SLURM_CONF"])
-            return self
-        t0 = time.monotonic()
-        p = subprocess.run(["bash", SLURM_SH, "start"], capture_output=True, text=True, timeout=120)
-        if p.returncode != 0:
-            print(p.stderr)
-            print("SKIP: the slurm cluster did not start (slurm.sh start exit %d)" % p.returncode)
-            sys.exit(SKIP)
-        self.ours = True
-        print("slurm: started in %.2fs: %s" % (time.monotonic() - t0, p.stderr.strip()))
+        ctl = self._lock("ctl.lock", fcntl.LOCK_EX)
+        try:
+            if subprocess.run(["bash", SLURM_SH, "status"]).returncode == 0:
+                print("slurm: reusing the running cluster (%s)" % self.dir)
+            else:
+                t0 = time.monotonic()
+                p = subprocess.run(["bash", SLURM_SH, "start"], capture_output=True, text=True, timeout=120)
+                if p.returncode != 0:
+                    print(p.stderr)
+                    print("SKIP: the slurm cluster did not start (slurm.sh start exit %d)" % p.returncode)
+                    sys.exit(SKIP)
+                open(os.path.join(self.dir, TESTS_OWNER), "w").write("%d\n" % os.getpid())
+                print("slurm: started in %.2fs: %s" % (time.monotonic() - t0, p.stderr.strip()))
+            self.users = self._lock(USERS, fcntl.LOCK_SH)
+        finally:
+            ctl.close()
         return self
 
     def __exit__(self, *exc):
-        if self.ours:
+        ctl = self._lock("ctl.lock", fcntl.LOCK_EX)
+        try:
+            self.users.close()
+            try:
+                last = self._lock(USERS, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print("slurm: other tests still use the cluster; leaving it up")
+                return False
+            last.close()
+            if not os.path.exists(os.path.join(self.dir, TESTS_OWNER)):
+                print("slurm: leaving the cluster up (not started by the tests)")
+                return False
             t0 = time.monotonic()
             subprocess.run(["bash", SLURM_SH, "stop"], timeout=120)
             print("slurm: stopped in %.2fs" % (time.monotonic() - t0))
             if subprocess.run(["bash", SLURM_SH, "status"], capture_output=True).returncode == 0:
                 print("FAIL: slurm.sh stop left the cluster running")
                 sys.exit(1)
+        finally:
+            ctl.close()
         return False
 
 

@@ -177,6 +177,7 @@ start() {
 	fi
 	# stale pieces of an earlier instance of this dir: stop them first
 	stop_daemons
+	rm -f "$D"/started-by-tests
 	mkdir -p "$D"
 	chmod 755 "$D"
 	rm -rf "$D"/state "$D"/spool
@@ -230,7 +231,7 @@ stop_daemons() {
 stop() {
 	[[ -d $D ]] || return 0
 	stop_daemons
-	rm -rf "$D"/state "$D"/spool "$D"/munge/munge.sock*
+	rm -rf "$D"/state "$D"/spool "$D"/munge/munge.sock* "$D"/started-by-tests
 }
 
 case "${1:-status}" in
