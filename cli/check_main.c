@@ -9,6 +9,7 @@
 #include "bootstrap.h"
 #include "check.h"
 #include "ctx.h"
+#include "cuda_backend.h"
 #include "dptp-config.h"
 #include "gather.h"
 #include "options.h"
@@ -52,6 +53,57 @@ static int status_exit(enum dptp_status s)
 	return EXIT_ENV;
 }
 
+/* --bench: fused vs unfused over a token sweep, a table and JSON. */
+static int run_bench(const struct dptp_options *o, struct dptp_ctx *c, struct dptp_bootstrap *b)
+{
+	static const int tokens[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048 };
+	int hiddens[2] = { 4096, 8192 }, nh = 2;
+	if (o->hidden != 4096) { /* an explicit --hidden narrows the sweep */
+		hiddens[0] = o->hidden;
+		nh = 1;
+	}
+	int nt = 0;
+	while (nt < (int)DPTP_ARRAY_LEN(tokens) && tokens[nt] <= (o->tokens > 128 ? o->tokens : 2048))
+		nt++;
+	const char *it = getenv("DPTP_BENCH_ITERS");
+	int iters = it && atoi(it) > 0 ? atoi(it) : 50;
+	struct dptp_err err = {0};
+	struct dptp_bench_row *rows = NULL;
+	size_t nrows = 0;
+	c->x.deadline = dptp_now() + o->timeout * 10;
+	int rc = dptp_cuda_bench(c, tokens, nt, hiddens, nh, iters, &rows, &nrows, &err);
+	int code = EXIT_PASS;
+	if (rc < 0) {
+		fprintf(stderr, "dptp-check: rank %d: bench: %s\n", c->rank, err.msg);
+		code = rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV;
+	}
+	if (c->rank == 0 && nrows) {
+		struct dptp_report rep = {
+			.tool = "dptp-check", .version = DPTP_VERSION,
+			.world = c->layout.world, .dp = c->layout.dp, .pp = c->layout.pp, .tp = c->layout.tp,
+			.backend = "cuda", .bootstrap = b->ops->name, .engine = b->engine, .seed = o->seed,
+			.nbench = nrows, .bench = rows,
+		};
+		if (o->output) {
+			if (dptp_report_write_file(&rep, o->format, o->output, &err) < 0) {
+				fprintf(stderr, "dptp-check: %s\n", err.msg);
+				code = EXIT_ENV;
+			}
+			if (o->format != DPTP_FORMAT_TEXT)
+				dptp_report_write_text(&rep, stdout, false, o->verbose);
+		} else {
+			dptp_report_write(&rep, o->format, stdout, false, o->verbose);
+		}
+		fflush(stdout);
+	}
+	free(rows);
+	c->x.deadline = dptp_now() + 5;
+	dptp_xchg_barrier(&c->x, &c->world, NULL);
+	dptp_ctx_release(c);
+	dptp_bootstrap_destroy(b);
+	return code;
+}
+
 int dptp_check_main(int argc, char **argv)
 {
 	struct dptp_options o;
@@ -74,12 +126,16 @@ int dptp_check_main(int argc, char **argv)
 		print_list();
 		return EXIT_PASS;
 	}
-	if (o.backend == DPTP_BACKEND_CUDA) {
-		fprintf(stderr, "dptp-check: --backend cuda is not available in this build yet (use --backend host)\n");
+	/* auto: GPUs when this build has CUDA and the machine has a device */
+	bool cuda = o.backend == DPTP_BACKEND_CUDA ||
+		    (o.backend == DPTP_BACKEND_AUTO && DPTP_HAVE_CUDA && dptp_cuda_visible_devices() > 0);
+	if (cuda && !DPTP_HAVE_CUDA) {
+		fprintf(stderr, "dptp-check: --backend cuda: this dptp was built without CUDA (use --backend host)\n");
 		return EXIT_ENV;
 	}
-	if (o.bench) {
-		fprintf(stderr, "dptp-check: --bench is not available in this build yet (it needs the cuda backend)\n");
+	if (o.bench && !cuda) {
+		fprintf(stderr, "dptp-check: --bench times the GPU kernels and needs the cuda backend "
+			"(no CUDA device visible, or --backend host)\n");
 		return EXIT_ENV;
 	}
 
@@ -92,7 +148,7 @@ int dptp_check_main(int argc, char **argv)
 		.dp = o.dp, .pp = o.pp, .tp = o.tp,
 		.tokens = o.tokens, .hidden = o.hidden, .dtype = o.dtype,
 		.seed = o.seed, .eps = o.eps, .timeout = o.timeout,
-		.faults = o.inject, .cuda = false,
+		.faults = o.inject, .cuda = cuda,
 	};
 	struct dptp_ctx c;
 	int rc = dptp_ctx_init(&c, b, &p, &err);
@@ -107,6 +163,14 @@ int dptp_check_main(int argc, char **argv)
 		dptp_bootstrap_destroy(b);
 		return usage ? EXIT_USAGE : (rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV);
 	}
+	if (cuda && (rc = dptp_cuda_ctx_setup(&c, &err)) < 0) {
+		fprintf(stderr, "dptp-check: rank %d: cuda backend: %s\n", b->rank, err.msg);
+		dptp_ctx_release(&c);
+		dptp_bootstrap_destroy(b);
+		return rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV;
+	}
+	if (o.bench)
+		return run_bench(&o, &c, b);
 
 	/* run the selected checks, in lockstep on every rank */
 	struct dptp_check_result res[DPTP_NCHECKS];
@@ -139,7 +203,7 @@ int dptp_check_main(int argc, char **argv)
 	struct dptp_report rep = {
 		.tool = "dptp-check", .version = DPTP_VERSION,
 		.world = c.layout.world, .dp = c.layout.dp, .pp = c.layout.pp, .tp = c.layout.tp,
-		.backend = "host", .bootstrap = b->ops->name, .engine = b->engine, .seed = o.seed,
+		.backend = cuda ? "cuda" : "host", .bootstrap = b->ops->name, .engine = b->engine, .seed = o.seed,
 	};
 	const char *inject[DPTP_NFAULTS];
 	for (int f = 0; f < DPTP_NFAULTS; f++)

@@ -252,7 +252,7 @@ int dptp_workspace_create(struct dptp_workspace *ws, struct dptp_ctx *c,
 
 void dptp_workspace_release(struct dptp_workspace *ws)
 {
-	if (!ws)
+	if (!ws || ws->buf_bytes == 0) /* NULL, zeroed or already released */
 		return;
 	for (int b = 0; b < DPTP_WS_NBUF; b++) {
 		if (ws->peer[b]) {
@@ -270,6 +270,7 @@ void dptp_workspace_release(struct dptp_workspace *ws)
 		ws->fds[b] = -1;
 		dptp_ipcsock_close(&ws->socks[b]);
 	}
+	ws->buf_bytes = 0;
 }
 
 /* Index of the first element still -0.0 ("not written") at or after i, or n. */

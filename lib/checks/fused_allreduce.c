@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "ctx.h"
+#include "cuda_backend.h"
 #include "workspace.h"
 
 #define ITERATIONS 3 /* every Lamport buffer once */
@@ -90,13 +91,18 @@ static void fused_run(struct dptp_ctx *c, struct dptp_check_result *res)
 	/* the workspace is exchanged on the TP group -- or, under the
 	 * world-workspace fault, on WORLD with rank = tp_rank, size = tp_size */
 	struct dptp_workspace ws;
+	memset(&ws, 0, sizeof(ws));
+	struct dptp_gpu_workspace *gws = NULL;
+	const char *algo = "one-shot (Lamport)";
+	bool cuda = c->p.cuda;
 	bool world_ws = dptp_fault_on(c->p.faults, DPTP_FAULT_WORLD_WORKSPACE);
 	const struct dptp_group *xg = world_ws ? &c->world : tp;
 	int ws_rank = world_ws ? c->me.tp : tp->index, ws_size = tp->size;
 	int rc = 0;
-	bool use_ws = tp->size > 1;
+	bool use_ws = tp->size > 1 || cuda;
 	if (use_ws) {
-		rc = dptp_workspace_create(&ws, c, xg, ws_rank, ws_size, n * esz, dt, &err);
+		rc = cuda ? dptp_gpu_workspace_create(&gws, c, xg, ws_rank, ws_size, n * esz, dt, &err)
+			  : dptp_workspace_create(&ws, c, xg, ws_rank, ws_size, n * esz, dt, &err);
 		if (rc < 0)
 			dptp_result_fail(res, DPTP_FAIL, rc, &err, "workspace");
 	}
@@ -122,8 +128,10 @@ static void fused_run(struct dptp_ctx *c, struct dptp_check_result *res)
 		fill(b.x, n, seed, (uint64_t)c->rank, dt);
 		fill(b.res_in, n, seed, 0x12e5ULL + (uint64_t)tp->ranks[0], dt);
 		if (use_ws) {
-			rc = dptp_workspace_fused_allreduce(&ws, b.x, b.res_in, b.gamma, b.res_out, b.norm_out,
-							    tokens, hidden, (float)c->p.eps, c->x.deadline, &err);
+			rc = cuda ? dptp_gpu_workspace_fused(gws, b.x, b.res_in, b.gamma, b.res_out, b.norm_out,
+							     tokens, hidden, (float)c->p.eps, c->x.deadline, &algo, &err)
+				  : dptp_workspace_fused_allreduce(&ws, b.x, b.res_in, b.gamma, b.res_out, b.norm_out,
+								   tokens, hidden, (float)c->p.eps, c->x.deadline, &err);
 			if (rc < 0) {
 				if (rc == -ETIMEDOUT)
 					c->x.broken = true; /* a peer is gone: lockstep is lost */
@@ -151,9 +159,9 @@ static void fused_run(struct dptp_ctx *c, struct dptp_check_result *res)
 			break;
 	}
 	if (res->status == DPTP_PASS)
-		dptp_result_set(res, DPTP_PASS, "%d calls of %d x %d %s, TP %d%s: max abs err %.3g, max rel err %.3g",
+		dptp_result_set(res, DPTP_PASS, "%d calls of %d x %d %s, TP %d %s%s: max abs err %.3g, max rel err %.3g",
 				ITERATIONS, tokens, hidden, dt == DPTP_DTYPE_FP32 ? "fp32" : dt == DPTP_DTYPE_FP16 ? "fp16" : "bf16",
-				tp->size, use_ws ? " one-shot (Lamport)" : " (no allreduce)", max_abs, max_rel);
+				tp->size, use_ws ? algo : "(no allreduce)", cuda ? " on the GPU" : "", max_abs, max_rel);
 	else if (res->status == DPTP_FAIL && max_abs > 0) {
 		char extra[128];
 		snprintf(extra, sizeof(extra), "; max abs err %.3g, max rel err %.3g", max_abs, max_rel);
@@ -165,10 +173,8 @@ static void fused_run(struct dptp_ctx *c, struct dptp_check_result *res)
 			res->detail = d;
 		}
 	}
-	if (use_ws && rc != -ETIMEDOUT)
-		dptp_workspace_release(&ws);
-	else if (use_ws)
-		dptp_workspace_release(&ws);
+	dptp_workspace_release(&ws);
+	dptp_gpu_workspace_destroy(gws);
 	free_bufs(&b);
 }
 
