@@ -155,9 +155,9 @@ int dptp_check_main(int argc, char **argv)
 	if (rc < 0) {
 		/* every rank finds the same layout problem: one line from rank 0 */
 		bool usage = rc == -EINVAL && c.layout.world == 0;
-		if (b->rank == 0 || !usage)
-			fprintf(stderr, "dptp-check: %s%s\n", usage ? "" : "rank ", usage ? err.msg : "");
-		if (!usage)
+		if (usage && b->rank == 0)
+			fprintf(stderr, "dptp-check: %s\n", err.msg);
+		else if (!usage)
 			fprintf(stderr, "dptp-check: rank %d: %s\n", b->rank, err.msg);
 		dptp_ctx_release(&c);
 		dptp_bootstrap_destroy(b);
