@@ -688,7 +688,6 @@ static enum run_args_result convert(struct parse *p, struct run_opts *o)
 		if (o->standalone || strcmp(o->rdzv_backend, "static"))
 			return usage_error(p->errs, "--rdzv-backend=%s with --nnodes=%u is not supported; use the static rendezvous (--nnodes N --node-rank K --master-addr A --master-port P), or srun --mpi=pmix / mpirun",
 				o->standalone ? "c10d (--standalone)" : o->rdzv_backend, o->max_nodes);
-		return usage_error(p->errs, "multi-node static rendezvous (--nnodes=%u) is not implemented yet; use srun --mpi=pmix or mpirun to run on several nodes", o->max_nodes);
 	}
 	return RUN_ARGS_OK;
 }

@@ -26,6 +26,14 @@ struct srv_event {
 	pmix_op_cbfunc_t opcb;
 	pmix_modex_cbfunc_t modexcb;
 	void *cbdata;
+	pmix_proc_t *procs;
+	size_t nprocs;
+};
+
+/* A fence handed to the sink: the event itself. */
+struct pmix_srv_fence {
+	struct srv_event ev;
+	const struct pmix_srv *srv;
 };
 
 /* The PMIx module has no context pointer: the write end of the event pipe is
@@ -87,17 +95,27 @@ static pmix_status_t up_abort(const pmix_proc_t *proc, void *server_object, int 
 static pmix_status_t up_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
 	size_t ninfo, char *data, size_t ndata, pmix_modex_cbfunc_t cbfunc, void *cbdata)
 {
-	struct srv_event *ev = ev_new(EV_FENCE);
-	(void)procs;
-	(void)nprocs;
+	struct pmix_srv_fence *f = calloc(1, sizeof(*f));
+	struct srv_event *ev = &f->ev;
 	(void)info;
 	(void)ninfo;
-	if (!ev)
+	if (!f)
 		return PMIX_ERR_NOMEM;
+	ev->type = EV_FENCE;
+	if (nprocs) {
+		ev->procs = malloc(nprocs * sizeof(*procs));
+		if (!ev->procs) {
+			free(f);
+			return PMIX_ERR_NOMEM;
+		}
+		memcpy(ev->procs, procs, nprocs * sizeof(*procs));
+		ev->nprocs = nprocs;
+	}
 	if (ndata) {
 		ev->data = malloc(ndata);
 		if (!ev->data) {
-			free(ev);
+			free(ev->procs);
+			free(f);
 			return PMIX_ERR_NOMEM;
 		}
 		memcpy(ev->data, data, ndata);
@@ -130,6 +148,63 @@ static void release_data(void *cbdata)
 	free(cbdata);
 }
 
+bool pmix_srv_fence_wildcard(const struct pmix_srv_fence *f)
+{
+	for (size_t i = 0; i < f->ev.nprocs; i++)
+		if (f->ev.procs[i].rank == PMIX_RANK_WILDCARD)
+			return true;
+	return f->ev.nprocs == 0;
+}
+
+size_t pmix_srv_fence_nranks(const struct pmix_srv_fence *f)
+{
+	return f->ev.nprocs;
+}
+
+unsigned pmix_srv_fence_rank(const struct pmix_srv_fence *f, size_t i)
+{
+	return f->ev.procs[i].rank;
+}
+
+int pmix_srv_fence_foreign(const struct pmix_srv_fence *f)
+{
+	for (size_t i = 0; i < f->ev.nprocs; i++)
+		if (strncmp(f->ev.procs[i].nspace, f->srv->nspace, PMIX_MAX_NSLEN))
+			return -1;
+	return 0;
+}
+
+const void *pmix_srv_fence_data(const struct pmix_srv_fence *f, size_t *len)
+{
+	*len = f->ev.ndata;
+	return f->ev.data;
+}
+
+void pmix_srv_fence_complete(struct pmix_srv_fence *f, bool ok, const void *data, size_t len)
+{
+	char *copy = NULL;
+	if (ok && len) {
+		copy = malloc(len);
+		if (copy)
+			memcpy(copy, data, len);
+		else
+			ok = false;
+	}
+	if (f->ev.modexcb) {
+		if (ok)
+			f->ev.modexcb(PMIX_SUCCESS, copy, copy ? len : 0, f->ev.cbdata, release_data, copy);
+		else
+			f->ev.modexcb(PMIX_ERROR, NULL, 0, f->ev.cbdata, NULL, NULL);
+		if (!ok || !copy)
+			free(copy);
+	} else {
+		free(copy);
+	}
+	free(f->ev.procs);
+	free(f->ev.data);
+	free(f);
+}
+
 /* Completes one event; returns 1 for an EV_OPDONE (status in *st). */
 static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_srv_sink *sink, pmix_status_t *st)
 {
@@ -141,6 +216,9 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 		break;
 	case EV_FENCE:
 		s->fences++;
+		((struct pmix_srv_fence *)ev)->srv = s;
+		if (sink && sink->fence && sink->fence(sink->ctx, (struct pmix_srv_fence *)ev))
+			return 0; /* the sink owns it now */
 		if (ev->modexcb) {
 			ev->modexcb(PMIX_SUCCESS, ev->data, ev->ndata, ev->cbdata, release_data, ev->data);
 			ev->data = NULL; /* freed by release_data */
@@ -161,6 +239,7 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 	}
 	free(ev->msg);
 	free(ev->data);
+	free(ev->procs);
 	free(ev);
 	return done;
 }
@@ -294,10 +373,41 @@ static int list_add(void *list, const char *key, const void *val, pmix_data_type
 	return PMIx_Info_list_add(list, key, val, type) == PMIX_SUCCESS ? 0 : -ENOMEM;
 }
 
+/* "h0,h1,..." and "0,1;2,3": the node and proc maps of the whole job. */
+static int job_maps(const struct rdzv_node *nodes, unsigned nnodes, const char *hostname, unsigned base_rank,
+	unsigned nlocal, char **hosts, char **procs)
+{
+	size_t hl = 1, pl = 1, ho = 0, po = 0;
+	unsigned world = 0;
+	if (!nodes) {
+		nodes = &(struct rdzv_node){.nproc = nlocal, .base = base_rank};
+		nnodes = 1;
+	}
+	for (unsigned k = 0; k < nnodes; k++) {
+		hl += strlen(nodes[k].host[0] ? nodes[k].host : hostname) + 1;
+		pl += (size_t)nodes[k].nproc * 12 + 1;
+		world += nodes[k].nproc;
+	}
+	*hosts = malloc(hl);
+	*procs = malloc(pl);
+	if (!*hosts || !*procs)
+		return -ENOMEM;
+	**hosts = **procs = '\0';
+	for (unsigned k = 0; k < nnodes; k++) {
+		ho += (size_t)snprintf(*hosts + ho, hl - ho, "%s%s", k ? "," : "", nodes[k].host[0] ? nodes[k].host : hostname);
+		for (unsigned i = 0; i < nodes[k].nproc; i++)
+			po += (size_t)snprintf(*procs + po, pl - po, "%s%u", i ? "," : k ? ";" : "", nodes[k].base + i);
+	}
+	(void)world;
+	return 0;
+}
+
 int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nlocal,
 	unsigned base_rank, unsigned world, const char *hostname, uid_t uid, gid_t gid,
+	const struct rdzv_node *nodes, unsigned nnodes, unsigned my_node,
 	struct dptp_err *err)
 {
+	char *hostlist = NULL, *proclist = NULL;
 	void *list = NULL;
 	pmix_data_array_t darray = PMIX_DATA_ARRAY_STATIC_INIT;
 	char *peers = NULL, *regex = NULL, *ppn = NULL;
@@ -321,8 +431,10 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	peers[0] = '\0';
 	for (unsigned i = 0; i < nlocal; i++)
 		off += (size_t)snprintf(peers + off, plen - off, "%s%u", i ? "," : "", base_rank + i);
-	if (PMIx_generate_regex(hostname, &regex) != PMIX_SUCCESS || PMIx_generate_ppn(peers, &ppn) != PMIX_SUCCESS) {
-		ret = dptp_err_set(err, -EIO, "pmix cannot encode the node/proc map of '%s'", hostname);
+	if (job_maps(nodes, nnodes, hostname, base_rank, nlocal, &hostlist, &proclist) < 0)
+		goto nomem;
+	if (PMIx_generate_regex(hostlist, &regex) != PMIX_SUCCESS || PMIx_generate_ppn(proclist, &ppn) != PMIX_SUCCESS) {
+		ret = dptp_err_set(err, -EIO, "pmix cannot encode the node/proc map of '%s'", hostlist);
 		goto out;
 	}
 
@@ -337,7 +449,10 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	if (list_add(list, PMIX_LOCAL_SIZE, &u32, PMIX_UINT32) || list_add(list, PMIX_NODE_SIZE, &u32, PMIX_UINT32))
 		goto nomem;
 	u32 = 1;
-	if (list_add(list, PMIX_JOB_NUM_APPS, &u32, PMIX_UINT32) || list_add(list, PMIX_NUM_NODES, &u32, PMIX_UINT32))
+	if (list_add(list, PMIX_JOB_NUM_APPS, &u32, PMIX_UINT32))
+		goto nomem;
+	u32 = nodes ? nnodes : 1;
+	if (list_add(list, PMIX_NUM_NODES, &u32, PMIX_UINT32))
 		goto nomem;
 	rk = base_rank;
 	if (list_add(list, PMIX_LOCALLDR, &rk, PMIX_PROC_RANK))
@@ -354,14 +469,14 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 		pmix_data_array_t pd = PMIX_DATA_ARRAY_STATIC_INIT;
 		pmix_rank_t r = base_rank + i;
 		uint16_t lr = (uint16_t)i;
-		uint32_t zero = 0;
+		uint32_t zero = 0, nodeid = nodes ? my_node : 0;
 		int bad;
 		if (!pl)
 			goto nomem;
 		bad = list_add(pl, PMIX_RANK, &r, PMIX_PROC_RANK) || list_add(pl, PMIX_APPNUM, &zero, PMIX_UINT32) ||
 			list_add(pl, PMIX_APP_RANK, &r, PMIX_PROC_RANK) || list_add(pl, PMIX_GLOBAL_RANK, &r, PMIX_PROC_RANK) ||
 			list_add(pl, PMIX_LOCAL_RANK, &lr, PMIX_UINT16) || list_add(pl, PMIX_NODE_RANK, &lr, PMIX_UINT16) ||
-			list_add(pl, PMIX_NODEID, &zero, PMIX_UINT32) || list_add(pl, PMIX_HOSTNAME, hostname, PMIX_STRING) ||
+			list_add(pl, PMIX_NODEID, &nodeid, PMIX_UINT32) || list_add(pl, PMIX_HOSTNAME, hostname, PMIX_STRING) ||
 			PMIx_Info_list_convert(pl, &pd) != PMIX_SUCCESS ||
 			list_add(list, PMIX_PROC_DATA, &pd, PMIX_DATA_ARRAY);
 		PMIX_DATA_ARRAY_DESTRUCT(&pd);
@@ -409,6 +524,8 @@ out:
 	free(regex);
 	free(ppn);
 	free(peers);
+	free(hostlist);
+	free(proclist);
 	return ret;
 }
 
@@ -453,6 +570,7 @@ void pmix_srv_finalize(struct pmix_srv *s)
 		while (read(s->evpipe[0], &ev, sizeof(ev)) == (ssize_t)sizeof(ev)) {
 			free(ev->msg);
 			free(ev->data);
+			free(ev->procs);
 			free(ev);
 		}
 	}

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "rendezvous.h"
 #include "util.h"
 
 struct pmix_srv {
@@ -25,9 +26,26 @@ struct pmix_srv {
 	unsigned long fences, finalized;
 };
 
-/* Called from dispatch on the main thread for an abort upcall. */
+/* A fence whose local participants all arrived (one fence_nb upcall). */
+struct pmix_srv_fence;
+/* Its participants: wildcard (the whole job) or the listed ranks. */
+bool pmix_srv_fence_wildcard(const struct pmix_srv_fence *f);
+size_t pmix_srv_fence_nranks(const struct pmix_srv_fence *f);
+unsigned pmix_srv_fence_rank(const struct pmix_srv_fence *f, size_t i);
+/* 0 when every participant is in this server's namespace. */
+int pmix_srv_fence_foreign(const struct pmix_srv_fence *f);
+/* The blob the local participants contributed. */
+const void *pmix_srv_fence_data(const struct pmix_srv_fence *f, size_t *len);
+/* Completes the fence with data (every node's blob, concatenated; copied)
+ * or an error (ok false), and frees f. */
+void pmix_srv_fence_complete(struct pmix_srv_fence *f, bool ok, const void *data, size_t len);
+
+/* Called from dispatch on the main thread. */
 struct pmix_srv_sink {
 	void (*abort)(void *ctx, unsigned rank, int status, const char *msg);
+	/* Takes f (returns true) to complete it later, e.g. across nodes;
+	 * NULL or false: completed at once with the local data. */
+	bool (*fence)(void *ctx, struct pmix_srv_fence *f);
 	void *ctx;
 };
 
@@ -35,9 +53,12 @@ struct pmix_srv_sink {
  * negative errno with err set. */
 int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err);
 /* Registers nspace with the job and every local client (ranks base..base+n-1
- * of world), waiting (bounded) until all registrations completed. */
+ * of world), waiting (bounded) until all registrations completed. nodes
+ * (nnodes of them, this one is my_node) describes a job over several nodes;
+ * NULL: one node. */
 int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nlocal,
 	unsigned base_rank, unsigned world, const char *hostname, uid_t uid, gid_t gid,
+	const struct rdzv_node *nodes, unsigned nnodes, unsigned my_node,
 	struct dptp_err *err);
 /* Adds the PMIx client variables for rank to *env (argv-style, malloc'd). */
 int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct dptp_err *err);

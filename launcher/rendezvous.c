@@ -1,4 +1,5 @@
-/* Static single-node rendezvous (see rendezvous.h). */
+/* Static rendezvous, one node or several, and the agent store (see
+ * rendezvous.h). */
 #include "rendezvous.h"
 
 #include <arpa/inet.h>
@@ -6,9 +7,12 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "tcpstore.h"
 
 void rdzv_fqdn(char *buf, size_t len)
 {
@@ -23,33 +27,6 @@ void rdzv_fqdn(char *buf, size_t len)
 	}
 }
 
-static int free_port(unsigned *port, struct dptp_err *err)
-{
-	struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
-	socklen_t alen = sizeof(a);
-	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		struct sockaddr_in a4 = {.sin_family = AF_INET};
-		socklen_t a4len = sizeof(a4);
-		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0 || bind(fd, (struct sockaddr *)&a4, sizeof(a4)) < 0 ||
-		    getsockname(fd, (struct sockaddr *)&a4, &a4len) < 0)
-			goto fail;
-		*port = ntohs(a4.sin_port);
-		close(fd);
-		return 0;
-	}
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || getsockname(fd, (struct sockaddr *)&a, &alen) < 0)
-		goto fail;
-	*port = ntohs(a.sin6_port);
-	close(fd);
-	return 0;
-fail:
-	if (fd >= 0)
-		close(fd);
-	return dptp_err_set(err, -errno, "cannot find a free port: %s", strerror(errno));
-}
-
 static void uuid4(char *out, size_t len)
 {
 	unsigned char b[16] = {0};
@@ -60,51 +37,468 @@ static void uuid4(char *out, size_t len)
 		b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
-static int static_next(struct rendezvous *r, unsigned restart_count, struct rdzv_info *out, struct dptp_err *err)
+void rdzv_json_str(const char *s, char *out, size_t len)
+{
+	size_t o = 0;
+#define PUT(...) do { int n_ = snprintf(out + o, o < len ? len - o : 0, __VA_ARGS__); if (n_ > 0) o += (size_t)n_; } while (0)
+	PUT("\"");
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		unsigned cp = *p;
+		if (cp >= 0x80) { /* UTF-8 to \uXXXX (surrogate pairs above the BMP) */
+			int extra = cp >= 0xf0 ? 3 : cp >= 0xe0 ? 2 : cp >= 0xc0 ? 1 : 0;
+			cp &= extra == 3 ? 0x07 : extra == 2 ? 0x0f : 0x1f;
+			for (int i = 0; i < extra && (p[1] & 0xc0) == 0x80; i++)
+				cp = (cp << 6) | (*++p & 0x3f);
+			if (cp >= 0x10000) {
+				cp -= 0x10000;
+				PUT("\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+			} else {
+				PUT("\\u%04x", cp);
+			}
+		} else if (cp == '"' || cp == '\\') {
+			PUT("\\%c", cp);
+		} else if (cp == '\n') {
+			PUT("\\n");
+		} else if (cp == '\r') {
+			PUT("\\r");
+		} else if (cp == '\t') {
+			PUT("\\t");
+		} else if (cp == '\b') {
+			PUT("\\b");
+		} else if (cp == '\f') {
+			PUT("\\f");
+		} else if (cp < 0x20) {
+			PUT("\\u%04x", cp);
+		} else {
+			PUT("%c", cp);
+		}
+	}
+	PUT("\"");
+#undef PUT
+	if (len)
+		out[o < len ? o : len - 1] = '\0';
+}
+
+/* ---- the agent store ---------------------------------------------------- */
+
+static int store_up(struct rendezvous *r, struct dptp_err *err)
+{
+	struct dptp_tcpstore_server_opts so = {
+		.host = r->bind_addr,
+		.port = r->ephemeral ? 0 : (uint16_t)r->master_port,
+	};
+	struct dptp_err e = {0};
+	if (dptp_tcpstore_server_create(&so, &r->server, &e) < 0)
+		return dptp_err_set(err, -EADDRINUSE, "cannot host the agent store at %s port %u: %s",
+			r->bind_addr, r->ephemeral ? 0u : r->master_port, e.msg);
+	if (dptp_tcpstore_server_start(r->server, &e) < 0) {
+		dptp_tcpstore_server_destroy(r->server);
+		r->server = NULL;
+		return dptp_err_set(err, -EIO, "cannot start the agent store: %s", e.msg);
+	}
+	r->master_port = dptp_tcpstore_server_port(r->server);
+	return 0;
+}
+
+static void store_down(struct rendezvous *r)
+{
+	dptp_tcpstore_server_destroy(r->server);
+	r->server = NULL;
+}
+
+static void fill_common(const struct rendezvous *r, unsigned restart, struct rdzv_info *out)
+{
+	snprintf(out->master_addr, sizeof(out->master_addr), "%s", r->master_addr);
+	out->master_port = r->master_port;
+	snprintf(out->run_id, sizeof(out->run_id), "%s", r->run_id);
+	out->use_agent_store = true;
+	snprintf(out->dptp_prefix, sizeof(out->dptp_prefix), "/%s/dptp/%u/", r->run_id, restart);
+}
+
+static int single_next(struct rendezvous *r, unsigned restart_count, struct rdzv_info *out, struct dptp_err *err)
 {
 	const struct run_opts *o = r->opts;
-	(void)restart_count;
 	memset(out, 0, sizeof(*out));
+	/* a fresh store on every attempt: nothing of the last one survives */
+	store_down(r);
+	DPTP_TRY(store_up(r, err));
 	out->group_rank = o->node_rank;
 	out->group_world_size = o->max_nodes;
 	out->base_global_rank = 0;
 	out->global_world_size = o->nproc * o->max_nodes;
 	out->base_role_rank = out->base_global_rank;
 	out->role_world_size = out->global_world_size;
-	snprintf(out->master_addr, sizeof(out->master_addr), "%s", r->master_addr);
-	out->master_port = r->master_port;
-	snprintf(out->run_id, sizeof(out->run_id), "%s", r->run_id);
-	/* No agent store yet (the TCPStore server is the torchrun-interop
-	 * issue): with "False", PyTorch's rank 0 hosts the store itself at
-	 * MASTER_PORT, so env:// still works. */
-	out->use_agent_store = false;
+	fill_common(r, restart_count, out);
+	snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", (int)getpid(), restart_count);
 	return 0;
 }
 
-static void static_shutdown(struct rendezvous *r)
+static void close_clients(struct rendezvous *r)
 {
-	(void)r;
+	dptp_tcpstore_client_destroy(r->agent);
+	dptp_tcpstore_client_destroy(r->ext);
+	r->agent = r->ext = NULL;
 }
 
-static const struct rendezvous_ops static_ops = {
-	.next = static_next,
-	.shutdown = static_shutdown,
+static void common_shutdown(struct rendezvous *r)
+{
+	close_clients(r);
+	store_down(r);
+	free(r->nodes);
+	free(r->was_dptp);
+	r->nodes = NULL;
+	r->was_dptp = NULL;
+}
+
+static const struct rendezvous_ops single_ops = {
+	.next = single_next,
+	.shutdown = common_shutdown,
 };
+
+/* ---- static, several nodes ---------------------------------------------- */
+
+#define RI_PREFIX "torchelastic/role_info/"
+#define AR_PREFIX "torchelastic/assigned_ranks/"
+
+/* From '{"role": "x", "rank": 1, "local_world_size": 2}': the role as its
+ * JSON text (compared raw) and local_world_size. */
+static int parse_role_info(const struct dptp_tcpstore_buf *b, unsigned node, char *role, size_t rlen,
+	unsigned *lws, struct dptp_err *err)
+{
+	const char *s = (const char *)b->data, *p, *q;
+	char *end;
+	unsigned long v;
+	if (!s || !(p = strstr(s, "\"role\": \"")))
+		goto bad;
+	p += strlen("\"role\": ");
+	for (q = p + 1; *q && *q != '"'; q++)
+		if (*q == '\\' && q[1])
+			q++;
+	if (*q != '"' || (size_t)(q - p + 2) > rlen)
+		goto bad;
+	snprintf(role, rlen, "%.*s", (int)(q - p + 1), p);
+	if (!(p = strstr(s, "\"local_world_size\": ")))
+		goto bad;
+	v = strtoul(p + strlen("\"local_world_size\": "), &end, 10);
+	if (end == p + strlen("\"local_world_size\": ") || v == 0 || v > 1u << 20)
+		goto bad;
+	*lws = (unsigned)v;
+	return 0;
+bad:
+	return dptp_err_set(err, -EPROTO, "node %u's role_info is not torchrun's: '%.200s'", node, s ? s : "");
+}
+
+static int parse_ranks(const struct dptp_tcpstore_buf *b, unsigned v[4], struct dptp_err *err)
+{
+	const char *s = (const char *)b->data;
+	if (!s || sscanf(s, "[%u, %u, %u, %u]", &v[0], &v[1], &v[2], &v[3]) != 4)
+		return dptp_err_set(err, -EPROTO, "assigned_ranks '%.100s' is not \"[base, world, role base, role world]\"",
+			s ? s : "");
+	return 0;
+}
+
+static int connect_clients(struct rendezvous *r, struct dptp_err *err)
+{
+	const struct run_opts *o = r->opts;
+	struct dptp_tcpstore_client_opts co = {
+		.host = r->master_addr, .port = (uint16_t)r->master_port,
+		.timeout = o->rdzv_timeout, .add_init = true,
+	};
+	struct dptp_err e = {0};
+	if (dptp_tcpstore_client_create(&co, &r->agent, &e) < 0)
+		return dptp_err_set(err, -ECONNREFUSED, "node %u cannot reach the store of node 0 at %s:%u: %s",
+			o->node_rank, r->master_addr, r->master_port, e.msg);
+	co.add_init = false; /* dptp-run's own connection does not count as a node */
+	if (dptp_tcpstore_client_create(&co, &r->ext, &e) < 0)
+		return dptp_err_set(err, -ECONNREFUSED, "node %u cannot reach the store of node 0 at %s:%u: %s",
+			o->node_rank, r->master_addr, r->master_port, e.msg);
+	if (dptp_tcpstore_client_push_prefix(r->agent, r->run_id) < 0 ||
+	    dptp_tcpstore_client_push_prefix(r->ext, r->run_id) < 0)
+		return dptp_err_set(err, -EMSGSIZE, "run id '%s' is too long for a store key", r->run_id);
+	return 0;
+}
+
+/* Node 0 on a restart: every key but init/ and the run's agent keys goes. */
+static int clear_worker_keys(struct rendezvous *r, struct dptp_err *err)
+{
+	char **keys = NULL, ta[128], dp[128];
+	size_t n = 0;
+	int rc;
+	snprintf(ta, sizeof(ta), "/%s/torchelastic/", r->run_id);
+	snprintf(dp, sizeof(dp), "/%s/dptp/", r->run_id);
+	if ((rc = dptp_tcpstore_client_set_prefix(r->ext, "")) < 0)
+		return dptp_err_set(err, rc, "out of memory");
+	rc = dptp_tcpstore_client_list_keys(r->ext, &keys, &n, err);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		if (!strcmp(keys[i], "init/") || !strncmp(keys[i], ta, strlen(ta)) || !strncmp(keys[i], dp, strlen(dp)))
+			continue;
+		rc = dptp_tcpstore_client_delete_key(r->ext, keys[i], NULL, err);
+	}
+	dptp_tcpstore_keys_free(keys, n);
+	if (dptp_tcpstore_client_set_prefix(r->ext, "/") < 0 || dptp_tcpstore_client_push_prefix(r->ext, r->run_id) < 0)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	return rc;
+}
+
+static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *out, struct dptp_err *err)
+{
+	const struct run_opts *o = r->opts;
+	unsigned me = o->node_rank, n = o->max_nodes, rk[4];
+	char key[256], val[512], role[160];
+	struct dptp_tcpstore_buf *bufs = NULL, mine = {0};
+	char **keys = NULL;
+	int rc = 0;
+	bool node0_dptp = true, all = true;
+
+	memset(out, 0, sizeof(*out));
+	r->attempt = restart;
+	if (!r->agent) {
+		if (me == 0 && !r->server)
+			DPTP_TRY(store_up(r, err));
+		DPTP_TRY(connect_clients(r, err));
+	}
+	keys = calloc(n, sizeof(*keys));
+	if (!keys)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	for (unsigned i = 0; i < n; i++)
+		if (!(keys[i] = malloc(96)))
+			goto nomem;
+
+	/* dptp-run's node record first, on its own connection: a CHECK after
+	 * it (it has a reply) orders it before our role_info */
+	snprintf(key, sizeof(key), "dptp/%u/node/%u", restart, me);
+	snprintf(val, sizeof(val), "%u %d %s", o->nproc, (int)getpid(), r->hostname);
+	{
+		const char *k1[] = {key};
+		bool ready;
+		if ((rc = dptp_tcpstore_client_set(r->ext, key, val, strlen(val), err)) < 0 ||
+		    (rc = dptp_tcpstore_client_check(r->ext, k1, 1, &ready, err)) < 0)
+			goto out;
+	}
+
+	/* torchrun's _assign_worker_ranks, byte for byte */
+	rdzv_json_str(o->role, role, sizeof(role));
+	snprintf(key, sizeof(key), RI_PREFIX "%u", me);
+	snprintf(val, sizeof(val), "{\"role\": %s, \"rank\": %u, \"local_world_size\": %u}", role, me, o->nproc);
+	if ((rc = dptp_tcpstore_client_set(r->agent, key, val, strlen(val), err)) < 0)
+		goto out;
+	if (restart > 0 && r->was_dptp) {
+		/* role_info of the last attempt is still there: wait for every
+		 * dptp-run node's record of this one first */
+		for (unsigned i = 0; i < n; i++) {
+			if (!r->was_dptp[i])
+				continue;
+			snprintf(keys[0], 96, "dptp/%u/node/%u", restart, i);
+			const char *k1[] = {keys[0]};
+			if ((rc = dptp_tcpstore_client_wait(r->ext, k1, 1, o->rdzv_timeout, err)) < 0)
+				goto out;
+		}
+		node0_dptp = r->was_dptp[0];
+	}
+	if (me == 0) {
+		unsigned *lws = calloc(n, sizeof(*lws)), global = 0;
+		char (*roles)[160] = calloc(n, sizeof(*roles));
+		struct dptp_tcpstore_buf *vals = calloc(n, sizeof(*vals));
+		if (!lws || !roles || !vals) {
+			free(lws);
+			free(roles);
+			free(vals);
+			goto nomem;
+		}
+		for (unsigned i = 0; i < n; i++)
+			snprintf(keys[i], 96, RI_PREFIX "%u", i);
+		rc = dptp_tcpstore_client_multi_get(r->agent, (const char *const *)keys, n, &bufs, err);
+		for (unsigned i = 0; rc == 0 && i < n; i++) {
+			rc = parse_role_info(&bufs[i], i, roles[i], sizeof(roles[i]), &lws[i], err);
+			global += lws[i];
+		}
+		if (rc == 0 && restart > 0)
+			rc = clear_worker_keys(r, err);
+		unsigned base = 0;
+		for (unsigned i = 0; rc == 0 && i < n; i++) {
+			unsigned rsize = 0, rbase = 0;
+			for (unsigned j = 0; j < n; j++)
+				if (!strcmp(roles[j], roles[i])) {
+					rsize += lws[j];
+					if (j < i)
+						rbase += lws[j];
+				}
+			char v[96];
+			snprintf(v, sizeof(v), "[%u, %u, %u, %u]", base, global, rbase, rsize);
+			snprintf(keys[i], 96, AR_PREFIX "%u", i);
+			if (!(vals[i].data = (uint8_t *)strdup(v))) {
+				rc = dptp_err_set(err, -ENOMEM, "out of memory");
+				break;
+			}
+			vals[i].len = strlen(v);
+			base += lws[i];
+		}
+		if (rc == 0)
+			rc = dptp_tcpstore_client_multi_set(r->agent, (const char *const *)keys, vals, n, err);
+		if (rc == 0) {
+			snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
+			rc = dptp_tcpstore_client_set(r->ext, key, "1", 1, err);
+		}
+		dptp_tcpstore_bufs_free(vals, n);
+		dptp_tcpstore_bufs_free(bufs, n);
+		bufs = NULL;
+		free(lws);
+		free(roles);
+		if (rc < 0)
+			goto out;
+	} else if (restart > 0 && node0_dptp) {
+		/* the assigned_ranks of the last attempt are still there */
+		snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
+		const char *k1[] = {key};
+		if ((rc = dptp_tcpstore_client_wait(r->ext, k1, 1, o->rdzv_timeout, err)) < 0)
+			goto out;
+	}
+	snprintf(key, sizeof(key), AR_PREFIX "%u", me);
+	if ((rc = dptp_tcpstore_client_get(r->agent, key, &mine, err)) < 0 || (rc = parse_ranks(&mine, rk, err)) < 0)
+		goto out;
+
+	out->group_rank = me;
+	out->group_world_size = n;
+	out->base_global_rank = rk[0];
+	out->global_world_size = rk[1];
+	out->base_role_rank = rk[2];
+	out->role_world_size = rk[3];
+	fill_common(r, restart, out);
+
+	/* is every node a dptp-run? (their records precede their role_info,
+	 * which node 0 read before it assigned our ranks) */
+	for (unsigned i = 0; i < n; i++)
+		snprintf(keys[i], 96, "dptp/%u/node/%u", restart, i);
+	if (restart == 0 || !r->was_dptp) {
+		free(r->was_dptp);
+		r->was_dptp = calloc(n, sizeof(bool));
+		if (!r->was_dptp)
+			goto nomem;
+		for (unsigned i = 0; i < n; i++) {
+			const char *k1[] = {keys[i]};
+			bool ready = false;
+			if ((rc = dptp_tcpstore_client_check(r->ext, k1, 1, &ready, err)) < 0)
+				goto out;
+			r->was_dptp[i] = ready;
+			all = all && ready;
+		}
+	} else {
+		for (unsigned i = 0; i < n; i++)
+			all = all && r->was_dptp[i];
+	}
+	if (!all) {
+		out->mixed = true;
+		goto out;
+	}
+	if ((rc = dptp_tcpstore_client_multi_get(r->ext, (const char *const *)keys, n, &bufs, err)) < 0)
+		goto out;
+	free(r->nodes);
+	r->nodes = calloc(n, sizeof(*r->nodes));
+	if (!r->nodes)
+		goto nomem;
+	unsigned base = 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct rdzv_node *nd = &r->nodes[i];
+		int used = 0;
+		if (!bufs[i].data || sscanf((char *)bufs[i].data, "%u %d %n", &nd->nproc, &nd->pid, &used) < 2 || !used) {
+			rc = dptp_err_set(err, -EPROTO, "node %u's dptp record is malformed: '%.100s'", i,
+				bufs[i].data ? (char *)bufs[i].data : "");
+			goto out;
+		}
+		snprintf(nd->host, sizeof(nd->host), "%s", (char *)bufs[i].data + used);
+		nd->base = base;
+		base += nd->nproc;
+	}
+	if (base != out->global_world_size || r->nodes[me].base != out->base_global_rank) {
+		rc = dptp_err_set(err, -EPROTO, "the nodes' records (%u ranks) disagree with assigned_ranks (world %u)",
+			base, out->global_world_size);
+		goto out;
+	}
+	r->nnodes = n;
+	out->nodes = r->nodes;
+	snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", r->nodes[0].pid, restart);
+	goto out;
+nomem:
+	rc = dptp_err_set(err, -ENOMEM, "out of memory");
+out:
+	if (!out->nodes)
+		snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", (int)getpid(), restart);
+	dptp_tcpstore_bufs_free(bufs, n);
+	free(mine.data);
+	dptp_tcpstore_keys_free(keys, n);
+	return rc;
+}
+
+static const struct rendezvous_ops multi_ops = {
+	.next = multi_next,
+	.shutdown = common_shutdown,
+};
+
+int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_err *err)
+{
+	const char *nm = "torchelastic/agent/terminal_state/num_members";
+	const char *lm = "torchelastic/agent/terminal_state/last_member";
+	const char *k1[] = {lm};
+	char fk[96];
+	int64_t v = 0;
+	double deadline = dptp_now() + timeout;
+	bool watch = r->was_dptp && r->nodes;
+	if (!r->multi || !r->agent)
+		return 0;
+	DPTP_TRY(dptp_tcpstore_client_add(r->agent, nm, 1, &v, err));
+	if (v == (int64_t)r->opts->max_nodes)
+		DPTP_TRY(dptp_tcpstore_client_set(r->agent, lm, "<val_ignored>", 13, err));
+	if (!watch)
+		return dptp_tcpstore_client_wait(r->agent, k1, 1, timeout, err);
+	/* every node a dptp-run: wait in slices and stop early when one of
+	 * them reports that this attempt failed */
+	snprintf(fk, sizeof(fk), "dptp/%u/failed", r->attempt);
+	for (;;) {
+		double left = deadline - dptp_now(), slice = left < 1.0 ? left : 1.0;
+		const char *kf[] = {fk};
+		bool failed = false;
+		if (left <= 0)
+			return dptp_err_set(err, -ETIMEDOUT, "exit barrier: not every node finished within %.0f s", timeout);
+		int rc = dptp_tcpstore_client_wait(r->agent, k1, 1, slice, err);
+		if (rc == 0)
+			return 0;
+		if (rc != -ETIMEDOUT)
+			return rc;
+		DPTP_TRY(dptp_tcpstore_client_check(r->ext, kf, 1, &failed, err));
+		if (failed)
+			return 1;
+	}
+}
+
+void rendezvous_report_failure(struct rendezvous *r)
+{
+	char key[96], val[32];
+	if (!r->multi || !r->ext)
+		return;
+	snprintf(key, sizeof(key), "dptp/%u/failed", r->attempt);
+	snprintf(val, sizeof(val), "%u", r->opts->node_rank);
+	dptp_tcpstore_client_set(r->ext, key, val, strlen(val), NULL);
+}
 
 int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_err *err)
 {
 	memset(r, 0, sizeof(*r));
-	r->ops = &static_ops;
+	r->ops = &single_ops;
 	r->opts = o;
+	if (gethostname(r->hostname, sizeof(r->hostname) - 1) < 0)
+		snprintf(r->hostname, sizeof(r->hostname), "localhost");
 	if (o->standalone || strcmp(o->rdzv_backend, "static")) {
 		/* torchrun: c10d at localhost:0 with a uuid4 run id for
-		 * --standalone; on one node every backend reduces to this. */
+		 * --standalone; on one node every backend reduces to this:
+		 * a store on a free loopback port */
 		if (o->standalone)
 			uuid4(r->run_id, sizeof(r->run_id));
 		else
 			snprintf(r->run_id, sizeof(r->run_id), "%s", o->rdzv_id);
-		rdzv_fqdn(r->master_addr, sizeof(r->master_addr));
-		return free_port(&r->master_port, err);
+		snprintf(r->master_addr, sizeof(r->master_addr), "localhost");
+		snprintf(r->bind_addr, sizeof(r->bind_addr), "localhost");
+		r->ephemeral = true;
+		return 0;
 	}
 	snprintf(r->run_id, sizeof(r->run_id), "%s", o->rdzv_id);
 	if (o->rdzv_endpoint && *o->rdzv_endpoint) {
@@ -117,5 +511,14 @@ int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_
 		snprintf(r->master_addr, sizeof(r->master_addr), "%s", o->master_addr);
 		r->master_port = o->master_port;
 	}
+	snprintf(r->bind_addr, sizeof(r->bind_addr), "%s", r->master_addr);
+	if (o->max_nodes > 1) {
+		if (r->master_port == 0)
+			return dptp_err_set(err, -EINVAL, "--master-port=0: several nodes need a fixed port for node 0's store");
+		r->ops = &multi_ops;
+		r->multi = true;
+		return 0;
+	}
+	r->ephemeral = r->master_port == 0;
 	return 0;
 }

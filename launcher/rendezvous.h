@@ -1,12 +1,46 @@
 /* Rendezvous: which ranks this node's workers get and where the job's store
- * lives. Only the static single-node case is implemented; the multi-node
- * static rendezvous with its TCPStore server plugs in behind the same ops. */
+ * lives (reference/TORCHRUN.md section E).
+ *
+ * The agent store. Node 0 (or the only node) hosts a TCPStore-compatible
+ * server (lib/tcpstore, in its own thread) and the workers get
+ * TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun:
+ *  - --standalone: bound to "localhost" on a free port, a fresh one on every
+ *    attempt; MASTER_ADDR=localhost.
+ *  - static, one node: bound to --master-addr's address at --master-port
+ *    (torchrun binds "::"; binding the given address keeps a default
+ *    127.0.0.1 job off the network). --master-port=0 takes a free port. The
+ *    server is destroyed and recreated at the same port on every restart:
+ *    no key of a failed attempt survives (the stale-key hazard of E).
+ *  - static, several nodes: node 0's store lives for the whole job (other
+ *    nodes stay connected); on a restart node 0 deletes every worker key
+ *    (all but init/ and <run_id>/torchelastic|dptp/) before it assigns ranks.
+ *
+ * Multi-node static, one agent connection per node that sends exactly
+ * torchrun's bytes (ADD init/, role_info SET, node 0's MULTI_GET and
+ * MULTI_SET of assigned_ranks, WAIT+GET of its own assigned_ranks, the
+ * terminal_state exit barrier), plus a second "ext" connection for dptp-run's
+ * own keys under /<run_id>/dptp/: each dptp-run node publishes
+ * dptp/<attempt>/node/<k> = "<nproc> <pid> <hostname>" before its role_info,
+ * so once its assigned_ranks arrived a node knows for certain whether every
+ * node is a dptp-run (then the PMIx namespace spans the job and fences cross
+ * nodes over the store) or some are torchrun (then workers get no PMIx
+ * server: dptp-check uses the torchrun environment instead). */
 #ifndef DPTP_LAUNCHER_RENDEZVOUS_H
 #define DPTP_LAUNCHER_RENDEZVOUS_H
 
 #include <stdbool.h>
 
 #include "args.h"
+
+struct dptp_tcpstore_server;
+struct dptp_tcpstore_client;
+
+struct rdzv_node {
+	unsigned nproc;
+	unsigned base; /* first global rank */
+	int pid;
+	char host[256];
+};
 
 struct rdzv_info {
 	unsigned group_rank, group_world_size;
@@ -15,9 +49,16 @@ struct rdzv_info {
 	char master_addr[256];
 	unsigned master_port;
 	char run_id[64];
-	/* TORCHELASTIC_USE_AGENT_STORE: true only when this launcher (or node
-	 * 0's) hosts a TCPStore at master_addr:master_port for the workers. */
+	/* TORCHELASTIC_USE_AGENT_STORE: true when node 0's launcher hosts a
+	 * TCPStore at master_addr:master_port for the workers. */
 	bool use_agent_store;
+	/* Several nodes, every one a dptp-run: the job's node table (borrowed
+	 * from the rendezvous, valid until the next attempt) and the PMIx
+	 * namespace every node registers. nodes == NULL otherwise. */
+	const struct rdzv_node *nodes;
+	bool mixed; /* several nodes and some are not dptp-run */
+	char nspace[128];
+	char dptp_prefix[128]; /* "/<run_id>/dptp/<attempt>/": raw store keys */
 };
 
 struct rendezvous;
@@ -34,13 +75,35 @@ struct rendezvous {
 	char run_id[64];
 	char master_addr[256];
 	unsigned master_port;
+	char bind_addr[256];
+	bool ephemeral; /* a free port on each attempt */
+	bool multi;
+	struct dptp_tcpstore_server *server;
+	struct dptp_tcpstore_client *agent, *ext;
+	struct rdzv_node *nodes;
+	bool *was_dptp; /* per node, from attempt 0 */
+	unsigned nnodes;
+	unsigned attempt;
+	char hostname[256];
 };
 
-/* Picks the implementation for o (static single node, --standalone, or c10d
- * on one node). Borrows o. */
+/* Picks the implementation for o (static single node, --standalone, c10d
+ * on one node, static multi-node). Borrows o. */
 int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_err *err);
+
+/* Multi-node, after every local worker exited 0: torchrun's exit barrier
+ * (terminal_state num_members / last_member, at most timeout s). Returns 0
+ * when every node arrived, 1 when another dptp-run node reported a failed
+ * attempt meanwhile, or a negative errno (timeout included). */
+int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_err *err);
+/* Multi-node: tells the other dptp-run nodes this attempt failed (they stop
+ * their workers). */
+void rendezvous_report_failure(struct rendezvous *r);
 
 /* socket.getfqdn(): the canonical name when it has a dot, else the host name. */
 void rdzv_fqdn(char *buf, size_t len);
+
+/* Python json.dumps of a string (ensure_ascii, with the quotes) into out. */
+void rdzv_json_str(const char *s, char *out, size_t len);
 
 #endif

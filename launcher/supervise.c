@@ -22,6 +22,7 @@
 #include "rendezvous.h"
 #include "report.h"
 #include "spawn.h"
+#include "xnode.h"
 
 struct worker {
 	unsigned local_rank, global_rank;
@@ -40,6 +41,8 @@ struct job {
 	struct rendezvous rdzv;
 	struct rdzv_info info;
 	struct pmix_srv srv;
+	struct xnode *xn;   /* cross-node fences (several dptp-run nodes) */
+	int peer_failed;    /* another node reported a failed attempt: -1 none */
 	struct log_dirs logs;
 	struct worker_cmd cmd;
 	struct worker *w;
@@ -128,6 +131,15 @@ static void on_abort(void *ctx, unsigned rank, int status, const char *msg)
 		free(text);
 	}
 	begin_stop(j, SIGTERM);
+}
+
+static bool on_fence(void *ctx, struct pmix_srv_fence *f)
+{
+	struct job *j = ctx;
+	if (!j->xn)
+		return false;
+	xnode_fence(j->xn, f);
+	return true;
 }
 
 static void reap(struct job *j)
@@ -292,8 +304,8 @@ static bool streams_open(const struct job *j)
 
 static void monitor(struct job *j)
 {
-	const struct pmix_srv_sink sink = {.abort = on_abort, .ctx = j};
-	size_t cap = 2 + 2 * (size_t)j->n;
+	const struct pmix_srv_sink sink = {.abort = on_abort, .fence = on_fence, .ctx = j};
+	size_t cap = 2 + 2 * (size_t)j->n + XNODE_MAX_FDS;
 	struct pollfd *pfd = calloc(cap, sizeof(*pfd));
 	struct log_stream **map = calloc(cap, sizeof(*map));
 	double drain_deadline = 0;
@@ -337,9 +349,12 @@ static void monitor(struct job *j)
 		if (timeout < 0)
 			timeout = 0;
 
-		size_t n = 0;
+		size_t n = 0, nx;
 		pfd[n++] = (struct pollfd){.fd = j->sigfd, .events = POLLIN};
 		pfd[n++] = (struct pollfd){.fd = pmix_srv_fd(&j->srv), .events = POLLIN};
+		nx = xnode_pollfds(j->xn, pfd + n, XNODE_MAX_FDS);
+		size_t xfirst = n;
+		n += nx;
 		for (unsigned i = 0; i < j->n; i++) {
 			struct log_stream *s[2] = {&j->w[i].out, &j->w[i].err};
 			for (int k = 0; k < 2; k++)
@@ -365,9 +380,17 @@ static void monitor(struct job *j)
 					begin_stop(j, sig);
 				}
 		}
+		if (j->xn) {
+			int who = xnode_handle(j->xn, pfd + xfirst, nx);
+			if (who >= 0 && j->peer_failed < 0) {
+				j->peer_failed = who;
+				logmsg('E', "another node reported a failed attempt %u; stopping the local workers", j->restart_count);
+				begin_stop(j, SIGTERM);
+			}
+		}
 		if (pfd[1].fd >= 0 && pfd[1].revents)
 			pmix_srv_dispatch(&j->srv, &sink);
-		for (size_t k = 2; k < n; k++)
+		for (size_t k = xfirst + nx; k < n; k++)
 			if (pfd[k].revents)
 				log_stream_pump(map[k]);
 		reap(j); /* on SIGCHLD, and as the monitor-interval safety net */
@@ -407,7 +430,14 @@ static enum attempt_result attempt(struct job *j)
 	j->stopping = j->killed = j->exec_failed = false;
 	j->signal_received = 0;
 	j->alive = 0;
+	j->peer_failed = -1;
 	if (j->rdzv.ops->next(&j->rdzv, j->restart_count, &j->info, &err) < 0)
+		goto error;
+	phase("rendezvous done");
+	if (j->info.mixed && j->restart_count == 0)
+		logmsg('W', "not every node runs dptp-run: workers get no PMIx server (dptp-check then bootstraps from the torchrun environment)");
+	if (j->info.nodes && xnode_start(&j->xn, j->info.master_addr, j->info.master_port, j->info.dptp_prefix,
+		j->info.nodes, j->info.group_world_size, j->info.group_rank, o->rdzv_timeout, &err) < 0)
 		goto error;
 	if (log_dirs_attempt(&j->logs, j->restart_count, j->n, &attempt_dir, &err) < 0)
 		goto error;
@@ -431,10 +461,10 @@ static enum attempt_result attempt(struct job *j)
 			goto error;
 		}
 	}
-	if (j->srv.up) {
-		snprintf(nspace, sizeof(nspace), "dptp-run.%d.%u", (int)getpid(), j->restart_count);
+	if (j->srv.up && !j->info.mixed) {
+		snprintf(nspace, sizeof(nspace), "%s", j->info.nspace);
 		if (pmix_srv_register_job(&j->srv, nspace, j->n, j->info.base_global_rank, j->info.global_world_size,
-			j->hostname, getuid(), getgid(), &err) < 0)
+			j->hostname, getuid(), getgid(), j->info.nodes, j->info.group_world_size, j->info.group_rank, &err) < 0)
 			goto error;
 	}
 	phase("nspace and clients registered");
@@ -448,6 +478,8 @@ static enum attempt_result attempt(struct job *j)
 	phase("workers started");
 	monitor(j);
 	phase("workers done");
+	xnode_stop(j->xn); /* fences still pending fail: their workers are gone */
+	j->xn = NULL;
 	if (j->signal_received) {
 		res = ATT_SIGNALLED;
 		goto out;
@@ -456,7 +488,10 @@ static enum attempt_result attempt(struct job *j)
 	for (unsigned i = 0; i < j->n; i++)
 		if (j->w[i].exitcode != 0 && !j->w[i].recorded && !j->w[i].alive)
 			record(j, &j->w[i], j->w[i].exitcode, NULL);
-	if (j->nfail) {
+	if (!j->nfail && j->peer_failed >= 0) {
+		logmsg('E', "the job failed on another node; this node's workers had succeeded");
+		res = ATT_FAILED;
+	} else if (j->nfail) {
 		const struct failure *f = &j->fail[0];
 		logmsg('E', "failed (exitcode: %d) local_rank: %u (pid: %d) of binary: %s", f->exitcode, f->local_rank,
 			(int)f->pid, o->no_python && !o->run_path ? o->script : j->cmd.path);
@@ -468,6 +503,8 @@ static enum attempt_result attempt(struct job *j)
 error:
 	fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 out:
+	xnode_stop(j->xn);
+	j->xn = NULL;
 	free(attempt_dir);
 	return res;
 }
@@ -516,10 +553,24 @@ int supervise_run(const struct run_opts *o)
 
 	for (;;) {
 		enum attempt_result r = attempt(&j);
+		if (r == ATT_OK && j.rdzv.multi) {
+			/* torchrun's exit barrier keeps node 0 (the store) up
+			 * until every node is done */
+			int b = rendezvous_exit_barrier(&j.rdzv, 300.0, &err);
+			if (b < 0)
+				logmsg('W', "exit barrier: %s", err.msg);
+			else if (b == 1) {
+				logmsg('E', "another node reported a failed attempt %u after this node's workers succeeded",
+					j.restart_count);
+				r = ATT_FAILED;
+			}
+		}
 		if (r == ATT_OK) {
 			status = 0;
 			break;
 		}
+		if (r == ATT_FAILED)
+			rendezvous_report_failure(&j.rdzv);
 		if (r == ATT_SIGNALLED) {
 			fprintf(stderr, "SignalException: Process %d got signal: %d\n", (int)getpid(), j.signal_received);
 			break;
@@ -538,8 +589,10 @@ int supervise_run(const struct run_opts *o)
 		}
 		char host[256];
 		rdzv_fqdn(host, sizeof(host));
-		fputs("ChildFailedError: \n", stderr);
-		report_write(stderr, j.cmd.entry_name, j.fail, j.nfail, host);
+		if (j.nfail) { /* none when only another node failed: it reports */
+			fputs("ChildFailedError: \n", stderr);
+			report_write(stderr, j.cmd.entry_name, j.fail, j.nfail, host);
+		}
 		break;
 	}
 out:

@@ -1,0 +1,47 @@
+/* PMIx fences across nodes, carried over node 0's store from the launcher's
+ * poll loop (never from PMIx's progress thread, never blocking it).
+ *
+ * When every local participant of a fence has arrived, the node's server
+ * SETs its collected blob under <prefix>fence/<sig>.<seq>/blob/<node> and
+ * ADDs 1 to .../count; the node whose ADD reaches the number of nodes that
+ * host participants SETs .../done; every such node WAITs on done, MULTI_GETs
+ * the blobs (node order) and completes its local fence with their
+ * concatenation (OpenPMIx's servers accept several servers' blobs back to
+ * back, as PRRTE's allgather delivers them). <prefix> is per run and per
+ * attempt; <sig> is "all" for the whole job, else a hash of the sorted
+ * ranks, and <seq> counts the fences of that signature: fences over subsets
+ * work, including subsets that span nodes. Each fence has its own non-blocking
+ * connection; a fence that does not complete within the timeout fails.
+ *
+ * The same object watches <prefix>failed: another node reporting a failed
+ * attempt ends this node's attempt too. */
+#ifndef DPTP_LAUNCHER_XNODE_H
+#define DPTP_LAUNCHER_XNODE_H
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "pmix_srv.h"
+#include "rendezvous.h"
+
+#define XNODE_MAX_FDS 64
+
+struct xnode;
+
+/* Connects the failure watch. Borrows nodes for the object's lifetime. */
+int xnode_start(struct xnode **out, const char *host, unsigned port, const char *prefix,
+	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, struct dptp_err *err);
+/* Fails every pending fence and closes every connection; NULL is fine. */
+void xnode_stop(struct xnode *x);
+/* Takes f: completes it now (participants all local) or after the exchange. */
+void xnode_fence(struct xnode *x, struct pmix_srv_fence *f);
+/* Fills at most max pollfds; returns how many. */
+size_t xnode_pollfds(struct xnode *x, struct pollfd *pfd, size_t max);
+/* Handles the pollfds xnode_pollfds gave (same order) and the deadlines.
+ * Returns the node that reported a failed attempt, or -1. */
+int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n);
+/* Fences exchanged over the store so far (for timing and tests). */
+unsigned long xnode_count(const struct xnode *x);
+
+#endif
