@@ -6,7 +6,7 @@ and bytes), for world 4, 8, 16, 32 at DP = world / TP.
 
 usage: bench/scaling.py [--build build] [--worlds 4,8,16,32] [--tp 2]
                         [--repeat 3] [--repeat-default 1] [--launcher auto|dptp-run|mpirun]
-                        [--out-dir build/bench] [--no-counts] [--no-plot]
+                        [--out-dir build/bench] [--no-counts] [--no-plot] [--from-json FILE]
 
 Two input sizes: "small" (--tokens 16 --hidden 256) and dptp-check's
 defaults. Times are medians over --repeat runs. The launcher is dptp-run
@@ -353,6 +353,7 @@ def plot(res, path, tmp):
          "set multiplot layout 1,%d title 'dptp-check scaling, host backend, %d CPUs, TP=%d (oversubscribed)'" % (
              panels, res["cpus"], res["tp"]),
          "set logscale xy 2", "set logscale y 10", "set xtics (%s)" % ", ".join(str(w["world"]) for w in W),
+         "set xrange [%g:%g]" % (W[0]["world"] / 1.25, W[-1]["world"] * 1.25),
          "set xlabel 'world size (ranks)'", "set key top left font ',8'", "set grid",
          "set format y '%g'"]
     for i, size in enumerate(blocks):
@@ -391,6 +392,7 @@ def main():
     ap.add_argument("--out-dir")
     ap.add_argument("--no-counts", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--from-json", help="redo the tables and the plot from an earlier scaling.json")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
     args.worlds = [int(x) for x in args.worlds.split(",")]
@@ -398,9 +400,13 @@ def main():
     os.makedirs(out, exist_ok=True)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        counter = None if args.no_counts else build_counter(tmp)
-        res = measure(args, counter)
-        res["bench_seconds"] = time.monotonic() - t0
+        if args.from_json:
+            with open(args.from_json) as f:
+                res = json.load(f)
+        else:
+            counter = None if args.no_counts else build_counter(tmp)
+            res = measure(args, counter)
+            res["bench_seconds"] = time.monotonic() - t0
         md = markdown(res)
         with open(os.path.join(out, "scaling.md"), "w") as f:
             f.write(md)
