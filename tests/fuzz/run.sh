@@ -16,8 +16,8 @@ command -v clang >/dev/null || { echo "fuzz: clang not found, skipping" >&2; exi
 if [[ ! -f $bdir/build.ninja ]]; then
 	CC=clang meson setup "$bdir" -Dfuzz=true -Dcuda=disabled -Dman-pages=disabled \
 		-Db_sanitize=address,undefined -Db_lundef=false \
-		-Dc_args=-fsanitize=fuzzer-no-link >"$bdir.setup.log" 2>&1 ||
-		{ cat "$bdir.setup.log" >&2; exit 1; }
+		-Dc_args=-fsanitize=fuzzer-no-link >"${TMPDIR:-/tmp}/dptp-$(basename "$bdir").setup.log" 2>&1 ||
+		{ cat "${TMPDIR:-/tmp}/dptp-$(basename "$bdir").setup.log" >&2; exit 1; }
 fi
 ninja -C "$bdir" >/dev/null
 

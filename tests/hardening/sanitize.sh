@@ -14,8 +14,8 @@ supp=$PWD/tests/hardening/lsan.supp
 
 if [[ ! -f $bdir/build.ninja ]]; then
 	meson setup "$bdir" -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
-		-Dman-pages=disabled -Dtests=true >"$bdir.setup.log" 2>&1 ||
-		{ cat "$bdir.setup.log" >&2; exit 1; }
+		-Dman-pages=disabled -Dtests=true >"${TMPDIR:-/tmp}/dptp-$(basename "$bdir").setup.log" 2>&1 ||
+		{ cat "${TMPDIR:-/tmp}/dptp-$(basename "$bdir").setup.log" >&2; exit 1; }
 fi
 ninja -C "$bdir" >/dev/null
 
