@@ -234,19 +234,28 @@ int dptp_check_main(int argc, char **argv)
 	}
 	/* the verdict is the same on every rank, and no rank leaves (which
 	 * makes launchers kill its siblings) before rank 0 has written */
-	int32_t shared = code;
-	c.x.deadline = dptp_now() + (c.x.broken || rc < 0 ? 0.3 : 5.0);
 	bool was_broken = c.x.broken;
-	c.x.broken = false;
+	int32_t shared = code;
 	struct dptp_err e2 = {0};
-	if (dptp_xchg_bcast(&c.x, &c.world, 0, &shared, sizeof(shared), &e2) == 0)
+	/* longer than rank 0 may spend gathering, so that it has written */
+	double wait = gather_timeout + (c.x.broken ? 1.0 : 5.0);
+	if (c.rank == 0) {
+		dptp_bootstrap_publish(b, "dptp.verdict", &shared, sizeof(shared), &e2);
+	} else {
+		void *v = NULL;
+		size_t vl = 0;
+		if (dptp_fetch_published(b, 0, "dptp.verdict", dptp_now() + wait, &v, &vl, &e2) == 0 &&
+		    vl == sizeof(shared))
+			memcpy(&shared, v, sizeof(shared));
+		else if (was_broken)
+			shared = EXIT_TIMEOUT;
+		free(v);
 		code = shared;
-	else if (c.rank != 0 && was_broken)
-		code = EXIT_TIMEOUT;
+	}
 	for (size_t k = 0; k < nres; k++)
 		free(res[k].detail);
 	dptp_report_release(&rep);
-	bool stuck = c.x.broken || was_broken;
+	bool stuck = was_broken;
 	dptp_ctx_release(&c);
 	if (stuck)
 		_exit(code); /* a fence is still pending in PMIx: don't wait for it */

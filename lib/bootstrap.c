@@ -43,6 +43,13 @@ int dptp_bootstrap_fence(struct dptp_bootstrap *b, double timeout, struct dptp_e
 	return b->ops->fence(b, timeout, err);
 }
 
+int dptp_bootstrap_publish(struct dptp_bootstrap *b, const char *key, const void *data, size_t len,
+			   struct dptp_err *err)
+{
+	b->put_bytes += len;
+	return b->ops->publish(b, key, data, len, err);
+}
+
 int dptp_bootstrap_get(struct dptp_bootstrap *b, int rank, const char *key, void **data,
 		       size_t *len, double timeout, struct dptp_err *err)
 {
@@ -119,6 +126,7 @@ static const struct dptp_bootstrap_ops single_ops = {
 	.name = "single",
 	.put = single_put,
 	.fence = single_fence,
+	.publish = single_put,
 	.get = single_get,
 	.abort = single_abort,
 	.destroy = single_destroy,

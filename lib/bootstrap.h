@@ -24,7 +24,12 @@ struct dptp_bootstrap_ops {
 	int (*put)(struct dptp_bootstrap *b, const char *key, const void *data, size_t len,
 		   struct dptp_err *err);
 	int (*fence)(struct dptp_bootstrap *b, double timeout, struct dptp_err *err);
-	/* *data is malloc'd, caller frees. -ENOENT when the key is missing. */
+	/* put() made visible at once, without a fence (PMIx: put + commit;
+	 * peers' get() can fetch it directly). */
+	int (*publish)(struct dptp_bootstrap *b, const char *key, const void *data, size_t len,
+		       struct dptp_err *err);
+	/* Waits up to timeout for the key. *data is malloc'd, caller frees.
+	 * -ETIMEDOUT (or -ENOENT) when it never came. */
 	int (*get)(struct dptp_bootstrap *b, int rank, const char *key, void **data, size_t *len,
 		   double timeout, struct dptp_err *err);
 	void (*abort)(struct dptp_bootstrap *b, int status, const char *msg);
@@ -53,6 +58,10 @@ void dptp_bootstrap_destroy(struct dptp_bootstrap *b);
 int dptp_bootstrap_put(struct dptp_bootstrap *b, const char *key, const void *data, size_t len,
 		       struct dptp_err *err);
 int dptp_bootstrap_fence(struct dptp_bootstrap *b, double timeout, struct dptp_err *err);
+/* A key that peers can get() without a fence: for the report gathering,
+ * which must work when lockstep is lost (a peer stopped mid-collective). */
+int dptp_bootstrap_publish(struct dptp_bootstrap *b, const char *key, const void *data, size_t len,
+			   struct dptp_err *err);
 int dptp_bootstrap_get(struct dptp_bootstrap *b, int rank, const char *key, void **data,
 		       size_t *len, double timeout, struct dptp_err *err);
 

@@ -83,6 +83,16 @@ static int pmix_put(struct dptp_bootstrap *b, const char *key, const void *data,
 	return 0;
 }
 
+static int pmix_publish(struct dptp_bootstrap *b, const char *key, const void *data, size_t len,
+			struct dptp_err *err)
+{
+	DPTP_TRY(pmix_put(b, key, data, len, err));
+	pmix_status_t rc = PMIx_Commit();
+	if (rc != PMIX_SUCCESS)
+		return dptp_err_set(err, -EIO, "PMIx_Commit failed (%s)", PMIx_Error_string(rc));
+	return 0;
+}
+
 static int pmix_fence(struct dptp_bootstrap *b, double timeout, struct dptp_err *err)
 {
 	struct pmix_impl *im = b->impl;
@@ -145,16 +155,15 @@ static int pmix_get(struct dptp_bootstrap *b, int rank, const char *key, void **
 	struct pmix_impl *im = b->impl;
 	pmix_proc_t p;
 	PMIX_PROC_LOAD(&p, im->me.nspace, (pmix_rank_t)rank);
-	pmix_info_t info[2];
-	bool t = true;
+	pmix_info_t info[1];
 	int tmo = timeout > 0 && timeout < 1e6 ? (int)(timeout + 0.999) : 1;
-	/* after a collecting fence the data is local: don't ask the server */
-	PMIX_INFO_LOAD(&info[0], PMIX_OPTIONAL, &t, PMIX_BOOL);
-	PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &tmo, PMIX_INT);
+	/* after a collecting fence the data is local with a shared-memory
+	 * datastore, or one request away from the server with the hash one
+	 * (dptp-run): either way the answer is prompt; the timeout bounds it */
+	PMIX_INFO_LOAD(&info[0], PMIX_TIMEOUT, &tmo, PMIX_INT);
 	pmix_value_t *v = NULL;
-	pmix_status_t rc = PMIx_Get(&p, key, info, 2, &v);
+	pmix_status_t rc = PMIx_Get(&p, key, info, 1, &v);
 	PMIX_INFO_DESTRUCT(&info[0]);
-	PMIX_INFO_DESTRUCT(&info[1]);
 	if (rc == PMIX_ERR_NOT_FOUND)
 		return dptp_err_set(err, -ENOENT, "rank %d published no '%s'", rank, key);
 	if (rc == PMIX_ERR_TIMEOUT)
@@ -199,6 +208,7 @@ static const struct dptp_bootstrap_ops pmix_ops = {
 	.name = "pmix",
 	.put = pmix_put,
 	.fence = pmix_fence,
+	.publish = pmix_publish,
 	.get = pmix_get,
 	.abort = pmix_abort,
 	.destroy = pmix_destroy,

@@ -70,11 +70,11 @@ static int tr_get(struct dptp_bootstrap *b, int rank, const char *key, void **da
 	char k[300];
 	snprintf(k, sizeof(k), "kv/%s/%d", key, rank);
 	const char *keys[1] = { k };
-	bool ready = false;
-	/* after a fence the key exists or never will: don't wait for it */
-	DPTP_TRY(dptp_tcpstore_client_check(im->client, keys, 1, &ready, err));
-	if (!ready)
-		return dptp_err_set(err, -ENOENT, "rank %d published no '%s'", rank, key);
+	int rc = dptp_tcpstore_client_wait(im->client, keys, 1, timeout > 0 ? timeout : 0.001, err);
+	if (rc == -ETIMEDOUT)
+		return dptp_err_set(err, -ETIMEDOUT, "rank %d published no '%s' within %.3g s", rank, key, timeout);
+	if (rc < 0)
+		return rc;
 	dptp_tcpstore_client_set_timeout(im->client, timeout > 0 ? timeout : 1);
 	struct dptp_tcpstore_buf v = {0};
 	DPTP_TRY(dptp_tcpstore_client_get(im->client, k, &v, err));
@@ -117,6 +117,7 @@ static const struct dptp_bootstrap_ops tr_ops = {
 	.name = "torchrun",
 	.put = tr_put,
 	.fence = tr_fence,
+	.publish = tr_put,
 	.get = tr_get,
 	.abort = tr_abort,
 	.destroy = tr_destroy,

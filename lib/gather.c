@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct wire {
 	char name[32];
@@ -150,6 +151,21 @@ int dptp_results_merge(const struct dptp_layout *l, struct dptp_check_result *co
 	return 0;
 }
 
+int dptp_fetch_published(struct dptp_bootstrap *b, int rank, const char *key, double deadline,
+			 void **data, size_t *len, struct dptp_err *err)
+{
+	/* some PMIx servers answer "not found" at once for a key that is not
+	 * committed yet, others wait: ask again until the deadline */
+	for (;;) {
+		double left = deadline - dptp_now();
+		int rc = dptp_bootstrap_get(b, rank, key, data, len, left > 0.01 ? left : 0.01, err);
+		if (rc != -ENOENT || dptp_now() >= deadline)
+			return rc;
+		struct timespec ts = { 0, 2000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
 int dptp_gather_results(struct dptp_ctx *c, const struct dptp_check_result *res, size_t nres,
 			double timeout, struct dptp_report *r, struct dptp_err *err)
 {
@@ -158,55 +174,55 @@ int dptp_gather_results(struct dptp_ctx *c, const struct dptp_check_result *res,
 	size_t mlen = 0;
 	if (dptp_results_pack(res, nres, &mine, &mlen) < 0)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
-	/* the gather gets its own short deadline, even after a timeout */
-	bool was_broken = c->x.broken;
-	c->x.broken = false;
-	c->x.deadline = dptp_now() + timeout;
-	rc = dptp_xchg_round(&c->x, mine, mlen, err);
-	struct dptp_check_result **rows = NULL;
-	if (c->rank == 0) {
-		rows = calloc((size_t)world, sizeof(*rows));
-		for (int q = 0; rows && q < world; q++) {
-			rows[q] = calloc(nres ? nres : 1, sizeof(**rows));
-			if (!rows[q])
-				continue;
-			int got = -1;
-			if (q == 0) {
-				got = dptp_results_unpack(mine, mlen, rows[q], nres);
-			} else if (rc == 0) {
-				void *data = NULL;
-				size_t len = 0;
-				struct dptp_err e = {0};
-				char key[64];
-				snprintf(key, sizeof(key), "dptp.x.%llu", (unsigned long long)c->x.seq);
-				if (dptp_bootstrap_get(c->b, q, key, &data, &len, timeout, &e) == 0)
-					got = dptp_results_unpack(data, len, rows[q], nres);
-				free(data);
-			}
-			if (got < 0) {
-				for (size_t k = 0; k < nres; k++) {
-					free(rows[q][k].detail);
-					memcpy(rows[q][k].name, res[k].name, sizeof(res[k].name));
-					rows[q][k].status = DPTP_TIMEOUT;
-					rows[q][k].seconds = 0;
-					rows[q][k].detail = strdup(rc < 0
-						? "no result from this rank: the job lost lockstep (a peer stopped answering)"
-						: "no result from this rank");
-				}
-			}
-		}
-		if (!rows)
-			rc = dptp_err_set(err, -ENOMEM, "out of memory");
-		else if (dptp_results_merge(&c->layout, rows, nres, r) < 0)
-			rc = dptp_err_set(err, -ENOMEM, "out of memory");
-		for (int q = 0; rows && q < world; q++) {
-			for (size_t k = 0; rows[q] && k < nres; k++)
-				free(rows[q][k].detail);
-			free(rows[q]);
-		}
-		free(rows);
+	/* no fence: a rank that stopped mid-collective must not keep rank 0
+	 * from reporting the others; each rank publishes, rank 0 fetches */
+	rc = dptp_bootstrap_publish(c->b, "dptp.results", mine, mlen, err);
+	if (c->rank != 0) {
+		free(mine);
+		return rc;
 	}
-	c->x.broken = was_broken || rc == -ETIMEDOUT;
+	double deadline = dptp_now() + timeout;
+	struct dptp_check_result **rows = calloc((size_t)world, sizeof(*rows));
+	int missing = 0;
+	for (int q = 0; rows && q < world; q++) {
+		rows[q] = calloc(nres ? nres : 1, sizeof(**rows));
+		if (!rows[q])
+			continue;
+		int got = -1;
+		if (q == 0) {
+			got = dptp_results_unpack(mine, mlen, rows[q], nres);
+		} else {
+			void *data = NULL;
+			size_t len = 0;
+			struct dptp_err e = {0};
+			int grc = dptp_fetch_published(c->b, q, "dptp.results", deadline, &data, &len, &e);
+			if (grc == 0)
+				got = dptp_results_unpack(data, len, rows[q], nres);
+			free(data);
+		}
+		if (got < 0) {
+			missing++;
+			for (size_t k = 0; k < nres; k++) {
+				free(rows[q][k].detail);
+				memcpy(rows[q][k].name, res[k].name, sizeof(res[k].name));
+				rows[q][k].status = DPTP_TIMEOUT;
+				rows[q][k].seconds = 0;
+				rows[q][k].detail = strdup("no result from this rank: it never reported (stopped, or stuck in a collective)");
+			}
+		}
+	}
+	if (!rows)
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+	else if (dptp_results_merge(&c->layout, rows, nres, r) < 0)
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+	else if (missing)
+		rc = dptp_err_set(err, -ETIMEDOUT, "%d of %d ranks never reported", missing, world);
+	for (int q = 0; rows && q < world; q++) {
+		for (size_t k = 0; rows[q] && k < nres; k++)
+			free(rows[q][k].detail);
+		free(rows[q]);
+	}
+	free(rows);
 	free(mine);
 	return rc;
 }

@@ -13,6 +13,11 @@
 int dptp_gather_results(struct dptp_ctx *c, const struct dptp_check_result *res, size_t nres,
 			double timeout, struct dptp_report *r, struct dptp_err *err);
 
+/* Gets a key that `rank` publishes without a fence (see
+ * dptp_bootstrap_publish), waiting until the absolute deadline. */
+int dptp_fetch_published(struct dptp_bootstrap *b, int rank, const char *key, double deadline,
+			 void **data, size_t *len, struct dptp_err *err);
+
 /* Serialisation, exposed for tests. */
 int dptp_results_pack(const struct dptp_check_result *res, size_t nres, void **out, size_t *len);
 int dptp_results_unpack(const void *buf, size_t len, struct dptp_check_result *res, size_t nres);
