@@ -156,7 +156,8 @@ int dptp_bootstrap_torchrun_create(struct dptp_bootstrap **out, struct dptp_err 
 
 	double timeout = 300;
 	if (!use_agent && b->rank == 0) {
-		struct dptp_tcpstore_server_opts so = { .host = NULL, .port = (uint16_t)port };
+		/* bind exactly MASTER_ADDR, not every interface */
+		struct dptp_tcpstore_server_opts so = { .host = addr, .port = (uint16_t)port };
 		rc = dptp_tcpstore_server_create(&so, &im->server, err);
 		if (rc == 0)
 			rc = dptp_tcpstore_server_start(im->server, err);

@@ -44,30 +44,38 @@ int dptp_results_unpack(const void *buf, size_t len, struct dptp_check_result *r
 {
 	const unsigned char *p = buf, *end = p + len;
 	uint32_t cnt;
+	size_t i = 0;
 	if (len < sizeof(cnt))
 		return -EPROTO;
 	memcpy(&cnt, p, sizeof(cnt));
 	p += sizeof(cnt);
 	if (cnt != nres)
 		return -EPROTO;
-	for (size_t i = 0; i < nres; i++) {
+	for (i = 0; i < nres; i++) {
 		struct wire w;
 		if ((size_t)(end - p) < sizeof(w))
-			return -EPROTO;
+			goto bad;
 		memcpy(&w, p, sizeof(w));
 		p += sizeof(w);
 		if ((size_t)(end - p) < w.detail_len || w.status < DPTP_SKIP || w.status > DPTP_TIMEOUT)
-			return -EPROTO;
+			goto bad;
 		memset(&res[i], 0, sizeof(res[i]));
 		memcpy(res[i].name, w.name, sizeof(res[i].name) - 1);
 		res[i].status = (enum dptp_status)w.status;
 		res[i].seconds = w.seconds;
 		res[i].detail = strndup((const char *)p, w.detail_len);
 		if (!res[i].detail)
-			return -ENOMEM;
+			goto bad;
 		p += w.detail_len;
 	}
 	return 0;
+bad:
+	/* nothing half-filled is left to the caller */
+	while (i-- > 0) {
+		free(res[i].detail);
+		res[i].detail = NULL;
+	}
+	return -EPROTO;
 }
 
 static void append(char **s, size_t *len, size_t *cap, const char *t)

@@ -8,6 +8,22 @@
 #include <sys/random.h>
 #include <time.h>
 
+/* Messages are one line on a terminal whatever a user typed: control
+ * bytes (a newline, an escape sequence) in quoted values become \xNN. */
+static void one_line(char *msg, size_t cap)
+{
+	char tmp[DPTP_ERR_MAX];
+	size_t o = 0;
+	for (const unsigned char *p = (const unsigned char *)msg; *p && o + 5 < sizeof(tmp); p++) {
+		if (*p < 0x20 || *p == 0x7f)
+			o += (size_t)snprintf(tmp + o, sizeof(tmp) - o, "\\x%02x", *p);
+		else
+			tmp[o++] = (char)*p;
+	}
+	tmp[o] = 0;
+	snprintf(msg, cap, "%s", tmp);
+}
+
 int dptp_err_set(struct dptp_err *err, int rc, const char *fmt, ...)
 {
 	if (err) {
@@ -15,6 +31,7 @@ int dptp_err_set(struct dptp_err *err, int rc, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
 		va_end(ap);
+		one_line(err->msg, sizeof(err->msg));
 	}
 	return rc;
 }
@@ -30,6 +47,7 @@ void dptp_err_prefix(struct dptp_err *err, const char *fmt, ...)
 	va_end(ap);
 	memcpy(old, err->msg, sizeof(old));
 	snprintf(err->msg, sizeof(err->msg), "%s: %s", pre, old);
+	one_line(err->msg, sizeof(err->msg));
 }
 
 double dptp_now(void)
