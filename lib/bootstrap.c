@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int dptp_bootstrap_create(struct dptp_bootstrap **out, struct dptp_err *err)
+static int pick(struct dptp_bootstrap **out, struct dptp_err *err)
 {
 	const char *ns = getenv("PMIX_NAMESPACE");
 	if (ns && *ns)
@@ -20,6 +20,18 @@ int dptp_bootstrap_create(struct dptp_bootstrap **out, struct dptp_err *err)
 			"PMIX_NAMESPACE, or RANK, MASTER_ADDR and MASTER_PORT, are not set; "
 			"use dptp-run, torchrun, mpirun or srun --mpi=pmix", world);
 	return dptp_bootstrap_single_create(out, err);
+}
+
+int dptp_bootstrap_create(struct dptp_bootstrap **out, struct dptp_err *err)
+{
+	DPTP_TRY(pick(out, err));
+	/* DPTP_HOSTNAME: which host this rank counts as (ranks with equal
+	 * names share memory). For tests that lay several "hosts" over one
+	 * machine; real runs leave it unset and get gethostname(). */
+	const char *h = getenv("DPTP_HOSTNAME");
+	if (h && *h)
+		snprintf((*out)->hostname, sizeof((*out)->hostname), "%s", h);
+	return 0;
 }
 
 void dptp_bootstrap_destroy(struct dptp_bootstrap *b)

@@ -80,6 +80,24 @@ def main():
         problems.append("layout mismatch: exit %d, stderr %r" % (p.returncode, p.stderr[-300:]))
     print("layout mismatch: exit %d" % p.returncode)
 
+    # 4. a TP group that spans hosts: no IPC workspace, the data plane
+    # instead, said in the detail; nothing fails or hangs
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        wrap = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostwrap.sh")
+        cmd = launch_cmd(args, 4) + [wrap, "2", args.check, "--dp", "1", "--tp", "4", "--timeout", "20",
+                                     "--format", "json", "--output", out] + SMALL
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+        ok = p.returncode == 0 and os.path.exists(out)
+        if ok:
+            st = {c["name"]: c for c in json.load(open(out))["replicas"][0]["checks"]}
+            ok = ("spans hosts" in st["fused-allreduce"]["detail"] and "spans hosts" in st["opid"]["detail"]
+                  and all(c["status"] == "pass" for c in st.values()))
+        if not ok:
+            problems.append("spanning TP group: exit %d: %s %s" % (p.returncode, p.stderr[-300:],
+                            open(out).read()[:600] if os.path.exists(out) else ""))
+        print("TP group spanning two hosts: exit %d" % p.returncode)
+
     for pr in problems:
         print("FAIL:", pr)
     return 1 if problems else 0
