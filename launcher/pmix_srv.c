@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum ev_type { EV_OPDONE, EV_FENCE, EV_FINALIZED, EV_ABORT };
+enum ev_type { EV_OPDONE, EV_FENCE, EV_FINALIZED, EV_ABORT, EV_DMODEX, EV_DMODEX_LOCAL };
 
 /* One upcall, captured on the PMIx thread, completed on the main thread. */
 struct srv_event {
@@ -28,6 +28,7 @@ struct srv_event {
 	void *cbdata;
 	pmix_proc_t *procs;
 	size_t nprocs;
+	void *token; /* EV_DMODEX_LOCAL */
 };
 
 /* A fence handed to the sink: the event itself. */
@@ -35,6 +36,8 @@ struct pmix_srv_fence {
 	struct srv_event ev;
 	const struct pmix_srv *srv;
 };
+
+static void release_data(void *cbdata);
 
 /* The PMIx module has no context pointer: the write end of the event pipe is
  * the one piece of state the upcalls need. */
@@ -127,10 +130,77 @@ static pmix_status_t up_fence(const pmix_proc_t procs[], size_t nprocs, const pm
 	return PMIX_SUCCESS;
 }
 
+struct pmix_srv_dmodex {
+	struct srv_event ev;
+};
+
+static pmix_status_t up_dmodex(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
+	pmix_modex_cbfunc_t cbfunc, void *cbdata)
+{
+	struct srv_event *ev = ev_new(EV_DMODEX);
+	(void)info;
+	(void)ninfo;
+	if (!ev)
+		return PMIX_ERR_NOMEM;
+	ev->proc = *proc;
+	ev->modexcb = cbfunc;
+	ev->cbdata = cbdata;
+	post(ev);
+	return PMIX_SUCCESS;
+}
+
+unsigned pmix_srv_dmodex_rank(const struct pmix_srv_dmodex *d)
+{
+	return d->ev.proc.rank;
+}
+
+void pmix_srv_dmodex_complete(struct pmix_srv_dmodex *d, bool found, const void *data, size_t len)
+{
+	char *copy = NULL;
+	if (found && len && (copy = malloc(len)))
+		memcpy(copy, data, len);
+	if (d->ev.modexcb) {
+		if (found && (copy || !len))
+			d->ev.modexcb(PMIX_SUCCESS, copy, copy ? len : 0, d->ev.cbdata, release_data, copy);
+		else {
+			d->ev.modexcb(PMIX_ERR_NOT_FOUND, NULL, 0, d->ev.cbdata, NULL, NULL);
+			free(copy);
+		}
+	} else {
+		free(copy);
+	}
+	free(d);
+}
+
+/* PMIx thread: the local server's answer for another node */
+static void dmodex_local_cb(pmix_status_t status, char *data, size_t sz, void *cbdata)
+{
+	struct srv_event *ev = ev_new(EV_DMODEX_LOCAL);
+	if (!ev)
+		return;
+	ev->status = status;
+	ev->token = cbdata;
+	if (status == PMIX_SUCCESS && sz && (ev->data = malloc(sz))) {
+		memcpy(ev->data, data, sz);
+		ev->ndata = sz;
+	}
+	post(ev);
+}
+
+int pmix_srv_dmodex_local(struct pmix_srv *s, unsigned rank, void *token)
+{
+	pmix_proc_t proc;
+	if (!s->up || !s->nspace_registered)
+		return -ENOTCONN;
+	PMIX_LOAD_PROCID(&proc, s->nspace, rank);
+	return PMIx_server_dmodex_request(&proc, dmodex_local_cb, token) == PMIX_SUCCESS ? 0 : -EIO;
+}
+
 static pmix_server_module_t module = {
 	.client_finalized = up_finalized,
 	.abort = up_abort,
 	.fence_nb = up_fence,
+	.direct_modex = up_dmodex,
 };
 
 static void opdone(pmix_status_t status, void *cbdata)
@@ -169,8 +239,12 @@ unsigned pmix_srv_fence_rank(const struct pmix_srv_fence *f, size_t i)
 int pmix_srv_fence_foreign(const struct pmix_srv_fence *f)
 {
 	for (size_t i = 0; i < f->ev.nprocs; i++)
-		if (strncmp(f->ev.procs[i].nspace, f->srv->nspace, PMIX_MAX_NSLEN))
+		if (strncmp(f->ev.procs[i].nspace, f->srv->nspace, PMIX_MAX_NSLEN)) {
+			if (getenv("DPTP_RUN_DEBUG"))
+				fprintf(stderr, "dptp-run: fence proc %zu nspace '%s' rank %u, ours '%s'\n", i,
+					f->ev.procs[i].nspace, f->ev.procs[i].rank, f->srv->nspace);
 			return -1;
+		}
 	return 0;
 }
 
@@ -223,6 +297,18 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 			ev->modexcb(PMIX_SUCCESS, ev->data, ev->ndata, ev->cbdata, release_data, ev->data);
 			ev->data = NULL; /* freed by release_data */
 		}
+		break;
+	case EV_DMODEX:
+		if (sink && sink->dmodex && sink->dmodex(sink->ctx, (struct pmix_srv_dmodex *)ev))
+			return 0; /* the sink owns it now */
+		if (ev->modexcb)
+			ev->modexcb(PMIX_ERR_NOT_FOUND, NULL, 0, ev->cbdata, NULL, NULL);
+		break;
+	case EV_DMODEX_LOCAL:
+		if (sink && sink->dmodex_local)
+			sink->dmodex_local(sink->ctx, ev->token, ev->status == PMIX_SUCCESS, ev->data, ev->ndata);
+		else
+			free(ev->token);
 		break;
 	case EV_FINALIZED:
 		s->finalized++;
@@ -379,8 +465,9 @@ static int job_maps(const struct rdzv_node *nodes, unsigned nnodes, const char *
 {
 	size_t hl = 1, pl = 1, ho = 0, po = 0;
 	unsigned world = 0;
+	struct rdzv_node one = {.nproc = nlocal, .base = base_rank};
 	if (!nodes) {
-		nodes = &(struct rdzv_node){.nproc = nlocal, .base = base_rank};
+		nodes = &one;
 		nnodes = 1;
 	}
 	for (unsigned k = 0; k < nnodes; k++) {

@@ -40,12 +40,25 @@ const void *pmix_srv_fence_data(const struct pmix_srv_fence *f, size_t *len);
  * or an error (ok false), and frees f. */
 void pmix_srv_fence_complete(struct pmix_srv_fence *f, bool ok, const void *data, size_t len);
 
+/* A direct-modex request: a local client wants a remote rank's data. */
+struct pmix_srv_dmodex;
+unsigned pmix_srv_dmodex_rank(const struct pmix_srv_dmodex *d);
+/* Answers it (data: that rank's blob as its server gave it; copied) or
+ * fails it (found false), and frees d. */
+void pmix_srv_dmodex_complete(struct pmix_srv_dmodex *d, bool found, const void *data, size_t len);
+/* Asks this server for a local rank's data (for another node); the answer
+ * comes through the sink's dmodex_local(token, ...) on the main thread. */
+int pmix_srv_dmodex_local(struct pmix_srv *s, unsigned rank, void *token);
+
 /* Called from dispatch on the main thread. */
 struct pmix_srv_sink {
 	void (*abort)(void *ctx, unsigned rank, int status, const char *msg);
 	/* Takes f (returns true) to complete it later, e.g. across nodes;
 	 * NULL or false: completed at once with the local data. */
 	bool (*fence)(void *ctx, struct pmix_srv_fence *f);
+	/* Takes d (returns true); NULL or false: not found. */
+	bool (*dmodex)(void *ctx, struct pmix_srv_dmodex *d);
+	void (*dmodex_local)(void *ctx, void *token, bool found, const void *data, size_t len);
 	void *ctx;
 };
 

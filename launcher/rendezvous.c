@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tcpstore.h"
@@ -143,6 +144,15 @@ static void close_clients(struct rendezvous *r)
 static void common_shutdown(struct rendezvous *r)
 {
 	close_clients(r);
+	/* node 0: the other nodes may still be reading the exit barrier's
+	 * reply; give them up to 5 s to hang up before the store goes */
+	if (r->multi && r->server) {
+		double until = dptp_now() + 5.0;
+		while (dptp_tcpstore_server_nclients(r->server) > 0 && dptp_now() < until) {
+			struct timespec ts = {0, 10 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+		}
+	}
 	store_down(r);
 	free(r->nodes);
 	free(r->was_dptp);

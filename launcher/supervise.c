@@ -142,6 +142,24 @@ static bool on_fence(void *ctx, struct pmix_srv_fence *f)
 	return true;
 }
 
+static bool on_dmodex(void *ctx, struct pmix_srv_dmodex *d)
+{
+	struct job *j = ctx;
+	if (!j->xn)
+		return false;
+	xnode_dmodex(j->xn, d);
+	return true;
+}
+
+static void on_dmodex_local(void *ctx, void *token, bool found, const void *data, size_t len)
+{
+	struct job *j = ctx;
+	if (j->xn)
+		xnode_dmodex_answer(j->xn, token, found, data, len);
+	else
+		free(token);
+}
+
 static void reap(struct job *j)
 {
 	int st;
@@ -304,7 +322,8 @@ static bool streams_open(const struct job *j)
 
 static void monitor(struct job *j)
 {
-	const struct pmix_srv_sink sink = {.abort = on_abort, .fence = on_fence, .ctx = j};
+	const struct pmix_srv_sink sink = {.abort = on_abort, .fence = on_fence, .dmodex = on_dmodex,
+		.dmodex_local = on_dmodex_local, .ctx = j};
 	size_t cap = 2 + 2 * (size_t)j->n + XNODE_MAX_FDS;
 	struct pollfd *pfd = calloc(cap, sizeof(*pfd));
 	struct log_stream **map = calloc(cap, sizeof(*map));
@@ -437,7 +456,7 @@ static enum attempt_result attempt(struct job *j)
 	if (j->info.mixed && j->restart_count == 0)
 		logmsg('W', "not every node runs dptp-run: workers get no PMIx server (dptp-check then bootstraps from the torchrun environment)");
 	if (j->info.nodes && xnode_start(&j->xn, j->info.master_addr, j->info.master_port, j->info.dptp_prefix,
-		j->info.nodes, j->info.group_world_size, j->info.group_rank, o->rdzv_timeout, &err) < 0)
+		j->info.nodes, j->info.group_world_size, j->info.group_rank, o->rdzv_timeout, &j->srv, &err) < 0)
 		goto error;
 	if (log_dirs_attempt(&j->logs, j->restart_count, j->n, &attempt_dir, &err) < 0)
 		goto error;

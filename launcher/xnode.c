@@ -15,7 +15,7 @@
 #include "env.h"
 #include "tcpstore.h"
 
-enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH };
+enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET };
 
 struct xop {
 	int fd;
@@ -23,7 +23,9 @@ struct xop {
 	uint8_t *out, *in;
 	size_t outlen, outoff, outcap, inlen, incap;
 	double deadline;
+	bool echo; /* the PING echo is still to come */
 	struct pmix_srv_fence *fence; /* NULL: the failure watch */
+	struct pmix_srv_dmodex *dmdx; /* X_RWAIT, X_RGET */
 	unsigned *inv;
 	size_t ninv;
 	char base[192];
@@ -47,6 +49,14 @@ struct xnode {
 	size_t nseqs;
 	unsigned long count;
 	int failed_node;
+	struct pmix_srv *srv;
+	struct xop *serve; /* pops other nodes' direct-modex requests */
+	unsigned long dmdx_id;
+};
+
+struct dmdx_token {
+	unsigned from;
+	unsigned long id;
 };
 
 __attribute__((format(printf, 1, 2)))
@@ -158,6 +168,11 @@ static void op_free(struct xop *o)
 
 static void op_fail(struct xop *o, const char *why)
 {
+	if (o->dmdx) {
+		xlog("direct modex %s failed: %s", o->base, why);
+		pmix_srv_dmodex_complete(o->dmdx, false, NULL, 0);
+		o->dmdx = NULL;
+	}
 	if (o->fence) {
 		xlog("cross-node fence %s failed: %s", o->base, why);
 		pmix_srv_fence_complete(o->fence, false, NULL, 0);
@@ -180,12 +195,19 @@ static struct xop *op_new(struct xnode *x, double timeout)
 		return NULL;
 	}
 	o->deadline = timeout > 0 ? dptp_now() + timeout : 0;
+	o->echo = true;
 	x->ops[x->nops++] = o;
 	return o;
 }
 
+static int qkey(const struct xnode *x, unsigned node, char *key, size_t len)
+{
+	return snprintf(key, len, "%sdmodex/%u/queue", x->prefix, node);
+}
+
 int xnode_start(struct xnode **out, const char *host, unsigned port, const char *prefix,
-	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, struct dptp_err *err)
+	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, struct pmix_srv *srv,
+	struct dptp_err *err)
 {
 	struct xnode *x = calloc(1, sizeof(*x));
 	struct xop *w;
@@ -208,6 +230,14 @@ int xnode_start(struct xnode **out, const char *host, unsigned port, const char 
 		return dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u", key, host, port);
 	}
 	w->st = X_WATCH;
+	x->srv = srv;
+	x->serve = op_new(x, 0);
+	qkey(x, me, key, sizeof(key));
+	if (!x->serve || frame_wait(x->serve, key) < 0) {
+		xnode_stop(x);
+		return dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u", key, host, port);
+	}
+	x->serve->st = X_QWAIT;
 	*out = x;
 	return 0;
 }
@@ -249,6 +279,9 @@ void xnode_fence(struct xnode *x, struct pmix_srv_fence *f)
 	char sig[24], key[256];
 	const void *data = pmix_srv_fence_data(f, &dlen);
 	struct xop *o;
+	if (getenv("DPTP_RUN_DEBUG"))
+		fprintf(stderr, "dptp-run: node %u fence upcall over %zu proc(s)%s, %zu bytes\n", x->me, nr,
+			pmix_srv_fence_wildcard(f) ? " (wildcard)" : "", dlen);
 	if (!in)
 		goto fail;
 	if (pmix_srv_fence_foreign(f) < 0) {
@@ -302,6 +335,8 @@ void xnode_fence(struct xnode *x, struct pmix_srv_fence *f)
 		goto fail;
 	}
 	snprintf(o->base, sizeof(o->base), "%sfence/%s.%lu/", x->prefix, sig, x->seqs[s].n++);
+	if (getenv("DPTP_RUN_DEBUG"))
+		fprintf(stderr, "dptp-run: node %u fence %s over %zu node(s), %zu bytes\n", x->me, o->base, ninv, dlen);
 	o->inv = calloc(ninv, sizeof(*o->inv));
 	if (!o->inv) {
 		x->nops--;
@@ -338,23 +373,104 @@ size_t xnode_pollfds(struct xnode *x, struct pollfd *pfd, size_t max)
 	return n;
 }
 
+void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *data, size_t len);
+
 /* Consumes what the state needs from o->in. 1: the op is done (freed by the
  * caller), 0: more bytes needed, <0: protocol error. */
 static int advance(struct xnode *x, struct xop *o)
 {
 	char key[256];
 	for (;;) {
-		size_t need = o->st == X_WATCH || o->st == X_ADD ? 4 : 0; /* the PING echo comes first */
-		if (need && o->inlen < need + (o->st == X_ADD ? 8 : 1))
-			return 0;
+		if (o->echo) { /* the PING echo comes first */
+			if (o->inlen < 4)
+				return 0;
+			o->inlen -= 4;
+			memmove(o->in, o->in + 4, o->inlen);
+			o->echo = false;
+		}
 		switch (o->st) {
 		case X_WATCH:
+			if (o->inlen < 1)
+				return 0;
 			x->failed_node = (int)x->nnodes; /* which node: unknown here */
 			return 1;
+		case X_QWAIT: /* a request is queued: pop it */
+			if (o->inlen < 1)
+				return 0;
+			o->inlen--;
+			memmove(o->in, o->in + 1, o->inlen);
+			qkey(x, x->me, key, sizeof(key));
+			if (put_u8(o, DPTP_TCPSTORE_QUEUE_POP) || put_str(o, key, strlen(key)))
+				return -ENOMEM;
+			o->st = X_QPOP;
+			break;
+		case X_QPOP: {
+			uint64_t flag, l;
+			unsigned from, rank;
+			unsigned long id;
+			char req[64];
+			if (o->inlen < 8)
+				return 0;
+			flag = get_u64(o->in);
+			if (flag) {
+				if (o->inlen < 16)
+					return 0;
+				l = get_u64(o->in + 8);
+				if (l >= sizeof(req))
+					return -EPROTO;
+				if (o->inlen < 16 + l)
+					return 0;
+				memcpy(req, o->in + 16, l);
+				req[l] = '\0';
+				o->inlen -= 16 + l;
+				memmove(o->in, o->in + 16 + l, o->inlen);
+				struct dmdx_token *t = malloc(sizeof(*t));
+				if (sscanf(req, "%u %lu %u", &from, &id, &rank) != 3 || !t) {
+					free(t);
+					return -EPROTO;
+				}
+				t->from = from;
+				t->id = id;
+				if (pmix_srv_dmodex_local(x->srv, rank, t) < 0)
+					xnode_dmodex_answer(x, t, false, NULL, 0);
+			} else {
+				o->inlen -= 8;
+				memmove(o->in, o->in + 8, o->inlen);
+			}
+			qkey(x, x->me, key, sizeof(key));
+			if (frame_wait(o, key) < 0)
+				return -ENOMEM;
+			o->st = X_QWAIT;
+			break;
+		}
+		case X_RWAIT:
+			if (o->inlen < 1)
+				return 0;
+			o->inlen--;
+			memmove(o->in, o->in + 1, o->inlen);
+			if (put_u8(o, DPTP_TCPSTORE_GET) || put_str(o, o->base, strlen(o->base)))
+				return -ENOMEM;
+			o->st = X_RGET;
+			break;
+		case X_RGET: {
+			uint64_t l;
+			if (o->inlen < 8)
+				return 0;
+			l = get_u64(o->in);
+			if (l > DPTP_TCPSTORE_MAX_VALUE || l < 1)
+				return -EPROTO;
+			if (o->inlen < 8 + l)
+				return 0;
+			pmix_srv_dmodex_complete(o->dmdx, o->in[8] == 0, o->in + 9, l - 1);
+			o->dmdx = NULL;
+			return 1;
+		}
 		case X_ADD: {
-			uint64_t v = get_u64(o->in + 4);
-			o->inlen -= 12;
-			memmove(o->in, o->in + 12, o->inlen);
+			if (o->inlen < 8)
+				return 0;
+			uint64_t v = get_u64(o->in);
+			o->inlen -= 8;
+			memmove(o->in, o->in + 8, o->inlen);
 			if (v == o->ninv) {
 				snprintf(key, sizeof(key), "%sdone", o->base);
 				if (frame_set(o, key, "1", 1) < 0)
@@ -373,6 +489,8 @@ static int advance(struct xnode *x, struct xop *o)
 				return -EPROTO;
 			o->inlen--;
 			memmove(o->in, o->in + 1, o->inlen);
+			if (getenv("DPTP_RUN_DEBUG"))
+				fprintf(stderr, "dptp-run: node %u %sdone\n", x->me, o->base);
 			if (put_u8(o, DPTP_TCPSTORE_MULTI_GET) || put_u64(o, o->ninv))
 				return -ENOMEM;
 			for (size_t i = 0; i < o->ninv; i++) {
@@ -407,6 +525,8 @@ static int advance(struct xnode *x, struct xop *o)
 				w += l;
 				off += 8 + l;
 			}
+			if (getenv("DPTP_RUN_DEBUG"))
+				fprintf(stderr, "dptp-run: node %u %scomplete, %zu bytes\n", x->me, o->base, total);
 			pmix_srv_fence_complete(o->fence, true, cat, total);
 			o->fence = NULL;
 			free(cat);
@@ -463,6 +583,10 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 		}
 		if (!why && rc == 0 && o->deadline > 0 && now >= o->deadline)
 			why = "timed out";
+		if (why && o == x->serve) {
+			xlog("lost the direct-modex queue on the store: %s", why);
+			x->serve = NULL;
+		}
 		if (why || rc == 1) {
 			if (o->st == X_WATCH && why && !strcmp(why, "the store closed the connection"))
 				x->failed_node = (int)x->nnodes; /* node 0 is gone */
@@ -488,4 +612,56 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 	int f = x->failed_node;
 	x->failed_node = -1;
 	return f;
+}
+
+void xnode_dmodex(struct xnode *x, struct pmix_srv_dmodex *d)
+{
+	unsigned rank = pmix_srv_dmodex_rank(d);
+	int node = node_of(x, rank);
+	char key[192], req[64];
+	struct xop *o;
+	if (node < 0 || (unsigned)node == x->me) {
+		pmix_srv_dmodex_complete(d, false, NULL, 0);
+		return;
+	}
+	o = op_new(x, x->timeout);
+	if (!o) {
+		xlog("cannot reach the store at %s:%u for a direct modex", x->host, x->port);
+		pmix_srv_dmodex_complete(d, false, NULL, 0);
+		return;
+	}
+	unsigned long id = x->dmdx_id++;
+	snprintf(o->base, sizeof(o->base), "%sdmodex/%u/answer/%lu", x->prefix, x->me, id);
+	snprintf(req, sizeof(req), "%u %lu %u", x->me, id, rank);
+	qkey(x, (unsigned)node, key, sizeof(key));
+	o->dmdx = d;
+	o->st = X_RWAIT;
+	if (put_u8(o, DPTP_TCPSTORE_QUEUE_PUSH) || put_str(o, key, strlen(key)) || put_str(o, req, strlen(req)) ||
+	    frame_wait(o, o->base) < 0) {
+		x->nops--;
+		op_fail(o, "out of memory");
+	}
+}
+
+void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *data, size_t len)
+{
+	struct dmdx_token *t = token;
+	char key[192];
+	uint8_t *v;
+	if (!x || !x->serve) {
+		free(t);
+		return;
+	}
+	v = malloc(len + 1);
+	if (v) {
+		v[0] = found ? 0 : 1;
+		if (len)
+			memcpy(v + 1, data, len);
+		snprintf(key, sizeof(key), "%sdmodex/%u/answer/%lu", x->prefix, t->from, t->id);
+		/* SET has no reply: it can follow the pending WAIT on the queue */
+		if (frame_set(x->serve, key, v, found ? len + 1 : 1) < 0)
+			xlog("out of memory answering a direct modex");
+	}
+	free(v);
+	free(t);
 }

@@ -13,6 +13,13 @@
  * work, including subsets that span nodes. Each fence has its own non-blocking
  * connection; a fence that does not complete within the timeout fails.
  *
+ * Direct modex (a client's PMIx_Get of a remote rank with no fence before
+ * it): the asking node QUEUE_PUSHes "<node> <id> <rank>" onto
+ * <prefix>dmodex/<owner>/queue and WAITs for <prefix>dmodex/<node>/answer/<id>;
+ * every node keeps a WAIT on its own queue, pops requests, asks its PMIx
+ * server (PMIx_server_dmodex_request) and SETs the answer (a status byte,
+ * then the blob).
+ *
  * The same object watches <prefix>failed: another node reporting a failed
  * attempt ends this node's attempt too. */
 #ifndef DPTP_LAUNCHER_XNODE_H
@@ -31,11 +38,16 @@ struct xnode;
 
 /* Connects the failure watch. Borrows nodes for the object's lifetime. */
 int xnode_start(struct xnode **out, const char *host, unsigned port, const char *prefix,
-	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, struct dptp_err *err);
+	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, struct pmix_srv *srv,
+	struct dptp_err *err);
 /* Fails every pending fence and closes every connection; NULL is fine. */
 void xnode_stop(struct xnode *x);
 /* Takes f: completes it now (participants all local) or after the exchange. */
 void xnode_fence(struct xnode *x, struct pmix_srv_fence *f);
+/* Takes d: fetches a remote rank's data from its node. */
+void xnode_dmodex(struct xnode *x, struct pmix_srv_dmodex *d);
+/* This server's answer to a request xnode popped (token from it). */
+void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *data, size_t len);
 /* Fills at most max pollfds; returns how many. */
 size_t xnode_pollfds(struct xnode *x, struct pollfd *pfd, size_t max);
 /* Handles the pollfds xnode_pollfds gave (same order) and the deadlines.

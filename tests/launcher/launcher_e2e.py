@@ -4,9 +4,11 @@
 usage: launcher_e2e.py DPTP_RUN PMIX_CLIENT CASE
 The expected data (copied from the torchrun 2.11 captures) lives next to
 this file: torchrun_2.11_*.txt."""
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -39,10 +41,21 @@ def check(cond, msg):
         fail(msg)
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# dptp-run hosts the agent store at --master-port (29500 by default, as
+# torchrun): every test takes its own port so that tests run in parallel
+PORT = free_port()
+
+
 def base_env(**extra):
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
            "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "LC_ALL": "C",
-           "DPTP_RUN_STOP_TIMEOUT": "5"}
+           "DPTP_RUN_STOP_TIMEOUT": "5", "PET_MASTER_PORT": str(PORT)}
     env.update(extra)
     return env
 
@@ -81,6 +94,8 @@ def expected_env(nproc):
                 val = str(w)
             elif key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "ROLE_WORLD_SIZE"):
                 val = str(nproc)
+            elif key == "MASTER_PORT":
+                val = str(PORT)  # the capture's 29500: this test's own port
             elif key == "TORCHELASTIC_ERROR_FILE":
                 val = re.sub(r"/attempt_0/\d+/", "/attempt_0/%d/" % w, val)
             exp[(w, key)] = val
@@ -106,11 +121,6 @@ def compare_env(nproc):
             m, me = ERRFILE.match(g), ERRFILE.match(v)
             check(m and me and m.group(2) == me.group(2) == str(k[0]), "%s: %s vs %s" % (k, g, v))
             check(os.path.isdir(os.path.dirname(g)), "%s: directory missing" % g)
-            continue
-        if k[1] == "TORCHELASTIC_USE_AGENT_STORE":
-            # must differ until the launcher hosts a TCPStore (torchrun-
-            # interop issue): "False" lets PyTorch's rank 0 host it
-            check(g == "False" and v == "True", "%s: %s" % (k, g))
             continue
         check(g == v, "%s: got %r, torchrun 2.11 gave %r" % (k, g, v))
     # the OMP_NUM_THREADS warning, line for line after the glog prefix
@@ -382,14 +392,16 @@ def case_python_worker():
     with tempfile.TemporaryDirectory() as d:
         script = os.path.join(d, "w.py")
         with open(script, "w") as f:
+            # one write per line: with -u, print() writes piece by piece
             f.write("import os, sys\n"
-                    "print(os.environ['RANK'], os.environ['LOCAL_RANK'], os.environ['WORLD_SIZE'],"
-                    " os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'], int(sys.orig_argv[1] == '-u'), *sys.argv[1:])\n")
+                    "sys.stdout.write(' '.join(map(str, (os.environ['RANK'], os.environ['LOCAL_RANK'], os.environ['WORLD_SIZE'],"
+                    " os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'], int(sys.orig_argv[1] == '-u'), *sys.argv[1:]))) + '\\n')\n")
         with open(os.path.join(d, "mod.py"), "w") as f:
-            f.write("import os, sys\nprint('mod', os.environ['RANK'], __name__, *sys.argv[1:])\n")
-        rc, out, err = run(["--nproc-per-node=2", "--master-port=1234", script, "--x=${local_rank}"])
+            f.write("import os, sys\nsys.stdout.write(' '.join(('mod', os.environ['RANK'], __name__, *sys.argv[1:])) + '\\n')\n")
+        p2 = free_port()
+        rc, out, err = run(["--nproc-per-node=2", "--master-port=%d" % p2, script, "--x=${local_rank}"])
         check(rc == 0, err)
-        check(sorted(out.splitlines()) == ["0 0 2 127.0.0.1 1234 1 --x=0", "1 1 2 127.0.0.1 1234 1 --x=1"], out)
+        check(sorted(out.splitlines()) == ["0 0 2 127.0.0.1 %d 1 --x=0" % p2, "1 1 2 127.0.0.1 %d 1 --x=1" % p2], out)
         rc, out, err = run(["--nproc-per-node=2", "-m", "mod", "a"], env=base_env(PYTHONPATH=d))
         check(rc == 0 and sorted(out.splitlines()) == ["mod 0 __main__ a", "mod 1 __main__ a"], out + err)
         rc, out, err = run(["--standalone", "--nproc-per-node=2", script])
@@ -426,6 +438,110 @@ def case_help_man():
     with open(man) as f:
         m = opts(f.read().split("# OPTIONS", 1)[1].split("# ENVIRONMENT", 1)[0])
     check(h == m, "--help and the man page differ: only in help %s, only in man %s" % (sorted(h - m), sorted(m - h)))
+
+
+PROBE = os.path.join(HERE, "store_probe.py")
+
+
+def case_agent_store():
+    # PyTorch-style env:// clients reach the agent store; no TCPStore of a
+    # failed attempt survives into the next one
+    rc, out, err = run(["--nproc-per-node=3", "--no-python", sys.executable, PROBE, "check"])
+    check(rc == 0, "rc %d: %s" % (rc, err))
+    check(sorted(out.splitlines()) == ["store ok rank %d of 3" % r for r in range(3)], out + err)
+    for extra in ([], ["--standalone"]):
+        rc, out, err = run(extra + ["--nproc-per-node=2", "--max-restarts=1", "--no-python", sys.executable, PROBE,
+                                    "stale-then-fail"])
+        check(rc == 0, "%s rc %d: %s %s" % (extra, rc, out, err))
+        check(sorted(out.splitlines()) == ["fresh store rank %d attempt 1" % r for r in range(2)], out + err)
+    # the store binds --master-addr's address at --master-port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", PORT))
+        s.listen()
+        rc, out, err = run(["--nproc-per-node=1", "--no-python", "true"])
+    check(rc == 1 and "cannot host the agent store at 127.0.0.1 port %d" % PORT in err, err)
+
+
+def two_nodes(args0, args1, nproc=2, env=None, timeout=90, port=None, node1_port=None):
+    """Runs node 0 and node 1 of a static 2-node job on loopback."""
+    port = port or free_port()
+    common = ["--nnodes=2", "--master-addr=127.0.0.1", "--rdzv-conf=timeout=60", "--nproc-per-node=%d" % nproc]
+    e = base_env(**(env or {}))
+    ps = []
+    for k, (a, pt) in enumerate(((args0, port), (args1, node1_port or port))):
+        ps.append(subprocess.Popen([RUN] + common + ["--node-rank=%d" % k, "--master-port=%d" % pt] + a, env=e,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    res = []
+    t0 = time.monotonic()
+    for p in ps:
+        try:
+            out, err = p.communicate(timeout=max(1, timeout - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            for q in ps:
+                q.kill()
+            fail("2-node job did not finish within %d s" % timeout)
+        res.append((p.returncode, out, err))
+    return res
+
+
+CHECK_EXE = os.environ.get("DPTP_CHECK")
+
+
+def case_twonode_env():
+    # ranks, sizes and the agent store across two launchers
+    w = "echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE $ROLE_RANK $TORCHELASTIC_USE_AGENT_STORE"
+    (rc0, o0, e0), (rc1, o1, e1) = two_nodes(["--no-python", "sh", "-c", w], ["--no-python", "sh", "-c", w])
+    check(rc0 == 0 and rc1 == 0, "rc %d/%d: %s %s" % (rc0, rc1, e0, e1))
+    check(sorted(o0.splitlines()) == ["0 0 4 2 0 2 0 True", "1 1 4 2 0 2 1 True"], o0)
+    check(sorted(o1.splitlines()) == ["2 0 4 2 1 2 2 True", "3 1 4 2 1 2 3 True"], o1)
+    (rc0, o0, e0), (rc1, o1, e1) = two_nodes(["--no-python", sys.executable, PROBE, "check"],
+                                             ["--no-python", sys.executable, PROBE, "check"])
+    check(rc0 == 0 and rc1 == 0, "rc %d/%d: %s %s" % (rc0, rc1, e0, e1))
+    check(sorted((o0 + o1).splitlines()) == ["store ok rank %d of 4" % r for r in range(4)], o0 + o1)
+    # PMIx over both nodes: the test client fences over the whole job
+    (rc0, o0, e0), (rc1, o1, e1) = two_nodes(["--no-python", PMIX_CLIENT], ["--no-python", PMIX_CLIENT])
+    check(rc0 == 0 and rc1 == 0, "pmix rc %d/%d: %s %s" % (rc0, rc1, e0, e1))
+    check(sorted((o0 + o1).splitlines()) == ["pmix ok rank %d of 4" % r for r in range(4)], o0 + o1)
+
+
+def case_twonode_fail():
+    # a worker failing on node 1 ends node 0's workers too, promptly
+    t0 = time.monotonic()
+    (rc0, o0, e0), (rc1, o1, e1) = two_nodes(["--no-python", "sleep", "30"],
+                                             ["--no-python", "sh", "-c", "[ $LOCAL_RANK = 1 ] && exit 3; sleep 30"])
+    dt = time.monotonic() - t0
+    check(rc0 == 1 and rc1 == 1, "rc %d/%d" % (rc0, rc1))
+    check(dt < 15, "took %.1f s" % dt)
+    check("another node reported a failed attempt 0" in e0, e0)
+    check("exitcode  : 3" in e1, e1)
+    # restarts: both nodes restart together, the store has no worker key
+    # of the failed attempt
+    (rc0, o0, e0), (rc1, o1, e1) = two_nodes(["--max-restarts=1", "--no-python", sys.executable, PROBE, "stale-then-fail"],
+                                             ["--max-restarts=1", "--no-python", sys.executable, PROBE, "stale-then-fail"])
+    check(rc0 == 0 and rc1 == 0, "restart rc %d/%d: %s %s %s %s" % (rc0, rc1, o0, e0, o1, e1))
+    check(sorted((o0 + o1).splitlines()) == ["fresh store rank %d attempt 1" % r for r in range(4)], o0 + o1)
+
+
+def case_twonode_check():
+    check(CHECK_EXE, "DPTP_CHECK is not set")
+    env = {"DPTP_GPU_SHARING": "1"}  # both "nodes" share this machine's devices
+    for inject, want_rc in ((None, 0), ("opid-seeded", 1), ("bcast-global-src", 1)):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "r.json")
+            cmd = ["--no-python", CHECK_EXE, "--dp", "2", "--tp", "2", "--format", "json", "--output", out,
+                   "--tokens", "8", "--hidden", "64", "--timeout", "20"] + (["--inject", inject] if inject else [])
+            (rc0, o0, e0), (rc1, o1, e1) = two_nodes(cmd, cmd, env=env)
+            check(rc0 == want_rc and rc1 == want_rc, "%s: rc %d/%d: %s %s" % (inject, rc0, rc1, e0[-800:], e1[-800:]))
+            with open(out) as f:
+                rep = json.load(f)
+            check(rep["bootstrap"] == "pmix" and rep["layout"]["world"] == 4, rep)
+            st = {(r["dp"], c["name"]): c["status"] for r in rep["replicas"] for c in r["checks"]}
+            if inject is None:
+                check(all(v == "pass" for v in st.values()), st)
+            elif inject == "opid-seeded":
+                check(st[(0, "opid")] == st[(1, "opid")] == "fail" and st[(0, "broadcast")] == "pass", st)
+            else:
+                check(st[(0, "broadcast")] == "pass" and st[(1, "broadcast")] == "fail", st)
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}

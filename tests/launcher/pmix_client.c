@@ -77,10 +77,15 @@ int main(int argc, char **argv)
 	if (!env || (unsigned)atoi(env) != me.rank)
 		FAIL("RANK=%s but PMIx rank %u", env ? env : "(unset)", me.rank);
 	env = getenv("WORLD_SIZE");
-	if (!env || (unsigned)atoi(env) != size || usize != size || lsize != size)
-		FAIL("sizes disagree: WORLD_SIZE=%s job %u univ %u local %u", env ? env : "(unset)", size, usize, lsize);
-	if (lrank != me.rank || nrank != me.rank)
-		FAIL("local rank %u node rank %u", lrank, nrank);
+	if (!env || (unsigned)atoi(env) != size || usize != size)
+		FAIL("sizes disagree: WORLD_SIZE=%s job %u univ %u", env ? env : "(unset)", size, usize);
+	/* several nodes: the job spans them, local values are this node's */
+	env = getenv("LOCAL_WORLD_SIZE");
+	if (!env || (unsigned)atoi(env) != lsize)
+		FAIL("LOCAL_WORLD_SIZE=%s but PMIx local size %u", env ? env : "(unset)", lsize);
+	env = getenv("LOCAL_RANK");
+	if (!env || (unsigned)atoi(env) != lrank || nrank != lrank)
+		FAIL("LOCAL_RANK=%s but local rank %u node rank %u", env ? env : "(unset)", lrank, nrank);
 
 	if (argc > 1 && !strcmp(argv[1], "abort")) {
 		if (me.rank == 1)
@@ -108,8 +113,8 @@ int main(int argc, char **argv)
 	if (size >= 2) {
 		pmix_proc_t grp[64];
 		size_t n = 0;
-		for (uint32_t r = me.rank % 2; r < size && n < 64; r += 2)
-			PMIX_LOAD_PROCID(&grp[n++], me.nspace, r);
+		for (uint32_t r = me.rank % 2; r < size && n < 64; r += 2, n++)
+			PMIX_LOAD_PROCID(&grp[n], me.nspace, r); /* a macro: no n++ inside */
 		snprintf(val, sizeof(val), "sub-%u", me.rank);
 		PMIX_VALUE_LOAD(&v, val, PMIX_STRING);
 		if (PMIx_Put(PMIX_GLOBAL, "dptp.sub", &v) != PMIX_SUCCESS || PMIx_Commit() != PMIX_SUCCESS)
