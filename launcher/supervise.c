@@ -335,6 +335,15 @@ static void monitor(struct job *j)
 	}
 	for (;;) {
 		double now = dptp_now();
+		if (j->alive == 0 && j->xn && !j->stopping && j->nfail == 0 && j->peer_failed < 0) {
+			/* the other nodes' workers may still read ours: serve
+			 * them until every node's workers are done */
+			xnode_finish(j->xn, 300.0);
+			if (!xnode_finished(j->xn)) {
+				drain_deadline = 0;
+				goto wait;
+			}
+		}
 		if (j->alive == 0) {
 			if (!streams_open(j))
 				break;
@@ -360,10 +369,11 @@ static void monitor(struct job *j)
 				break;
 			}
 		}
+wait:;
 		double timeout = j->o->monitor_interval;
 		if (j->stopping && j->alive && j->deadline - now < timeout)
 			timeout = j->deadline - now;
-		if (j->alive == 0 && drain_deadline - now < timeout)
+		if (j->alive == 0 && drain_deadline > 0 && drain_deadline - now < timeout)
 			timeout = drain_deadline - now;
 		if (timeout < 0)
 			timeout = 0;

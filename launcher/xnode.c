@@ -15,7 +15,7 @@
 #include "env.h"
 #include "tcpstore.h"
 
-enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET };
+enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT };
 
 struct xop {
 	int fd;
@@ -51,6 +51,7 @@ struct xnode {
 	int failed_node;
 	struct pmix_srv *srv;
 	struct xop *serve; /* pops other nodes' direct-modex requests */
+	int finish; /* 0 not asked, 1 waiting for the other nodes, 2 all done */
 	unsigned long dmdx_id;
 };
 
@@ -168,6 +169,8 @@ static void op_free(struct xop *o)
 
 static void op_fail(struct xop *o, const char *why)
 {
+	if (o->st == X_DADD || o->st == X_DWAIT)
+		xlog("waiting for the other nodes' workers: %s", why);
 	if (o->dmdx) {
 		xlog("direct modex %s failed: %s", o->base, why);
 		pmix_srv_dmodex_complete(o->dmdx, false, NULL, 0);
@@ -465,6 +468,23 @@ static int advance(struct xnode *x, struct xop *o)
 			o->dmdx = NULL;
 			return 1;
 		}
+		case X_DADD: {
+			if (o->inlen < 8)
+				return 0;
+			uint64_t v = get_u64(o->in);
+			o->inlen -= 8;
+			memmove(o->in, o->in + 8, o->inlen);
+			snprintf(key, sizeof(key), "%sworkers_done/all", x->prefix);
+			if ((v == x->nnodes && frame_set(o, key, "1", 1) < 0) || frame_wait(o, key) < 0)
+				return -ENOMEM;
+			o->st = X_DWAIT;
+			break;
+		}
+		case X_DWAIT:
+			if (o->inlen < 1)
+				return 0;
+			x->finish = 2;
+			return 1;
 		case X_ADD: {
 			if (o->inlen < 8)
 				return 0;
@@ -594,6 +614,8 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 				xlog("lost the failure watch on the store: %s", why);
 			memmove(&x->ops[i], &x->ops[i + 1], (x->nops - i - 1) * sizeof(x->ops[0]));
 			x->nops--;
+			if (o->st == X_DADD || o->st == X_DWAIT)
+				x->finish = 2;
 			if (why)
 				op_fail(o, why);
 			else
@@ -606,6 +628,8 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 		if (o->deadline > 0 && now >= o->deadline) {
 			memmove(&x->ops[i], &x->ops[i + 1], (x->nops - i - 1) * sizeof(x->ops[0]));
 			x->nops--;
+			if (o->st == X_DADD || o->st == X_DWAIT)
+				x->finish = 2;
 			op_fail(o, "timed out");
 		}
 	}
@@ -664,4 +688,30 @@ void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *d
 	}
 	free(v);
 	free(t);
+}
+
+void xnode_finish(struct xnode *x, double timeout)
+{
+	char key[192];
+	struct xop *o;
+	if (!x || x->finish)
+		return;
+	x->finish = 1;
+	o = op_new(x, timeout);
+	snprintf(key, sizeof(key), "%sworkers_done/count", x->prefix);
+	if (!o || put_u8(o, DPTP_TCPSTORE_ADD) || put_str(o, key, strlen(key)) || put_u64(o, 1)) {
+		xlog("cannot tell the store that this node's workers are done");
+		if (o) {
+			x->nops--;
+			op_free(o);
+		}
+		x->finish = 2;
+		return;
+	}
+	o->st = X_DADD;
+}
+
+bool xnode_finished(const struct xnode *x)
+{
+	return !x || x->finish == 2;
 }

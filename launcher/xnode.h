@@ -48,6 +48,12 @@ void xnode_fence(struct xnode *x, struct pmix_srv_fence *f);
 void xnode_dmodex(struct xnode *x, struct pmix_srv_dmodex *d);
 /* This server's answer to a request xnode popped (token from it). */
 void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *data, size_t len);
+/* This node's workers all exited 0: ADDs <prefix>workers_done/count; the
+ * last node SETs .../all. Until xnode_finished(), the loop keeps serving
+ * direct-modex requests for the other nodes (their workers may still read
+ * ours). A failed or timed-out wait counts as finished (logged). */
+void xnode_finish(struct xnode *x, double timeout);
+bool xnode_finished(const struct xnode *x);
 /* Fills at most max pollfds; returns how many. */
 size_t xnode_pollfds(struct xnode *x, struct pollfd *pfd, size_t max);
 /* Handles the pollfds xnode_pollfds gave (same order) and the deadlines.

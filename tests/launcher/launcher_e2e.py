@@ -544,6 +544,82 @@ def case_twonode_check():
                 check(st[(0, "broadcast")] == "pass" and st[(1, "broadcast")] == "fail", st)
 
 
+def capture_streams(path):
+    """{(conn, dir): bytes} from a torchrun-captures/*_trace_*.txt hex trace."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^(\d+)([<>]) ([0-9a-f]+)$", line.strip())
+            if m:
+                k = (int(m.group(1)), m.group(2))
+                out[k] = out.get(k, b"") + bytes.fromhex(m.group(3))
+    return out
+
+
+def case_twonode_wire():
+    # node 1's agent connection, recorded by a proxy in front of node 0's
+    # store, must carry torchrun 2.11's bytes (static_2node capture, c1)
+    import threading
+    trace = os.path.join(HERE, "..", "data", "tcpstore", "static_2node_trace_2.11.txt")
+    cap = capture_streams(trace)
+    port, pport = free_port(), free_port()
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", pport))
+    lsock.listen(16)
+    conns = []
+
+    def pump(src, dst, buf):
+        while True:
+            try:
+                b = src.recv(65536)
+            except OSError:
+                b = b""
+            if not b:
+                for s_ in (src, dst):
+                    try:
+                        s_.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                return
+            buf.extend(b)
+            try:
+                dst.sendall(b)
+            except OSError:
+                return
+
+    def accept():
+        while True:
+            try:
+                c, _ = lsock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", port))
+            rec = {">": bytearray(), "<": bytearray()}
+            conns.append(rec)
+            threading.Thread(target=pump, args=(c, u, rec[">"]), daemon=True).start()
+            threading.Thread(target=pump, args=(u, c, rec["<"]), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    # node 1 finishes last, as in the capture (it gets num_members 2)
+    (rc0, o0, e0), (rc1, o1, e1) = two_nodes(["--no-python", "true"], ["--no-python", "sleep", "1"], nproc=1,
+                                             port=port, node1_port=pport)
+    lsock.close()
+    check(rc0 == 0 and rc1 == 0, "rc %d/%d: %s %s" % (rc0, rc1, e0, e1))
+    agent = [c for c in conns if b"torchelastic/role_info/1" in c[">"]]
+    check(len(agent) == 1, "%d agent connections" % len(agent))
+    got, want = bytes(agent[0][">"]), cap[(1, ">")]
+    # the PING nonce is the agent's pid
+    got = got[:6] + want[6:10] + got[10:]
+    check(got == want, "node 1's agent bytes differ from torchrun 2.11's:\n got  %s\n want %s" % (got.hex(), want.hex()))
+    gotr, wantr = bytes(agent[0]["<"]), cap[(1, "<")]
+    gotr = wantr[:4] + gotr[4:]
+    check(gotr == wantr, "replies differ:\n got  %s\n want %s" % (gotr.hex(), wantr.hex()))
+    # dptp-run's own connection never counts as a node (no ADD init/)
+    others = [c for c in conns if c is not agent[0]]
+    check(all(b"init/" not in c[">"] for c in others), "an extra connection sent ADD init/")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":
