@@ -159,6 +159,18 @@ int dptp_check_main(int argc, char **argv)
 			fprintf(stderr, "dptp-check: %s\n", err.msg);
 		else if (!usage)
 			fprintf(stderr, "dptp-check: rank %d: %s\n", b->rank, err.msg);
+		if (usage) {
+			/* no rank leaves before rank 0 has said why (a launcher
+			 * tears the job down at the first exit) */
+			int32_t v = EXIT_USAGE;
+			void *got = NULL;
+			size_t gl = 0;
+			if (b->rank == 0)
+				dptp_bootstrap_publish(b, "dptp.verdict", &v, sizeof(v), NULL);
+			else
+				dptp_fetch_published(b, 0, "dptp.verdict", dptp_now() + 5, &got, &gl, NULL);
+			free(got);
+		}
 		dptp_ctx_release(&c);
 		dptp_bootstrap_destroy(b);
 		return usage ? EXIT_USAGE : (rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV);

@@ -112,6 +112,11 @@ static void begin_stop(struct job *j, int sig)
 			continue;
 		logmsg('W', "Sending process %d closing signal %s", (int)w->pid, signame(sig, name, sizeof(name)));
 		killpg(w->pid, sig);
+		/* a stopped worker (SIGSTOP, a debugger's stop) only acts on the
+		 * signal once continued; without this it would sit out the whole
+		 * grace period before SIGKILL */
+		if (sig != SIGKILL && sig != SIGCONT)
+			killpg(w->pid, SIGCONT);
 	}
 }
 

@@ -21,7 +21,8 @@ def launch_cmd(args, np):
     if args.launcher == "mpirun":
         return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np)]
     if args.launcher == "dptp-run":
-        return [args.run, "--nproc-per-node=%d" % np, "--no-python"]
+        # --standalone: a free port for the agent store, so jobs can overlap
+        return [args.run, "--standalone", "--nproc-per-node=%d" % np, "--no-python"]
     if args.launcher == "env":
         return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "envlaunch.py"), str(np)]
     if args.launcher == "srun":
