@@ -32,6 +32,14 @@ run cuda-dp2tp2-fp16-2shot $MPI -x DPTP_GPU_SHARING -np 4 "$CHECK" --dp 2 --tp 2
 if [[ $share == 1 ]]; then
 	run cuda-noshare env DPTP_GPU_SHARING=0 $MPI -x DPTP_GPU_SHARING -np 2 "$CHECK" --tp 2 --backend cuda
 fi
+RUN=${RUN:-build/launcher/dptp-run}
+if [[ -x $RUN ]]; then
+	run dptp-run-cuda "$RUN" --standalone --nproc-per-node=4 --no-python "$CHECK" --dp 2 --tp 2 --backend cuda --format json --output "$OUT/dptp-run-cuda.json"
+	run dptp-run-torch-gloo "$RUN" --standalone --nproc-per-node=4 bench/torch_pg.py gloo
+	grep -h "allreduce" "$OUT/dptp-run-torch-gloo.log"
+	run dptp-run-torch-nccl1 "$RUN" --standalone --nproc-per-node=1 bench/torch_pg.py nccl
+	grep -h "allreduce" "$OUT/dptp-run-torch-nccl1.log"
+fi
 if command -v torchrun >/dev/null; then
 	run torchrun-host torchrun --nproc-per-node=4 --no-python "$CHECK" --dp 2 --tp 2 --backend host --format json --output "$OUT/torchrun-host.json"
 	run torchrun-cuda torchrun --nproc-per-node=4 --no-python "$CHECK" --dp 2 --tp 2 --backend cuda --inject dispatch-ep-group
