@@ -701,9 +701,12 @@ static void process_input(struct dptp_tcpstore_server *s, struct conn *c)
 static void conn_read(struct dptp_tcpstore_server *s, struct conn *c)
 {
 	for (int i = 0; i < READS_PER_STEP && !c->dead; i++) {
+		/* grow with what actually arrives (doubling), never to the
+		 * size a length prefix merely announces: 64 clients announcing
+		 * 8 MiB values they never send must not cost 512 MiB */
 		size_t want = c->inlen + READ_CHUNK;
-		if (c->need > c->inlen && c->need - c->inlen > READ_CHUNK)
-			want = c->need;
+		if (c->need > want && c->incap * 2 > want)
+			want = c->incap * 2 < c->need ? c->incap * 2 : c->need;
 		if (want > s->max_client_bytes)
 			want = s->max_client_bytes;
 		if (want > c->incap) {
