@@ -258,7 +258,10 @@ static int find_long(const char *name, size_t len, char *amb, size_t amblen)
 				continue;
 			off += (size_t)snprintf(amb + off, amblen > off ? amblen - off : 0, "%s%s",
 				off ? ", " : "", n);
-			if (found >= 0 && found != id)
+			/* argparse (Python 3.11) counts spellings, not options:
+			 * "--max" matching --max-restarts and --max_restarts is
+			 * ambiguous too */
+			if (found >= 0)
 				ambiguous = true;
 			found = id;
 		}
@@ -740,6 +743,8 @@ enum run_args_result run_args_parse(struct run_opts *o, int argc, char **argv, F
 				continue;
 			}
 			if (id == O_HELP) {
+				if (eq)
+					return usage_error(errs, "argument -h/--help: ignored explicit argument '%s'", eq + 1);
 				run_print_help(out);
 				return RUN_ARGS_HELP;
 			}
@@ -756,6 +761,9 @@ enum run_args_result run_args_parse(struct run_opts *o, int argc, char **argv, F
 				break;
 			}
 			if (id == O_HELP) {
+				if (c[1])
+					return usage_error(errs, "argument -h/--help: ignored explicit argument '%s'",
+							   c[1] == '=' ? c + 2 : c + 1);
 				run_print_help(out);
 				return RUN_ARGS_HELP;
 			}

@@ -370,9 +370,13 @@ def case_validation():
     rc, out, err = run(["--nproc-per-node=2", "t"], env=base_env(PET_STANDALONE="x"))
     check(rc == 2 and "PET_STANDALONE" in err, err)
     # spellings, abbreviations, PET_* defaults, --opt v / --opt=v, REMAINDER
-    for args in (["--nproc_per_node", "3"], ["--nproc-per-node=3"], ["--nproc", "3"], ["--nproc_per=3"]):
+    for args in (["--nproc_per_node", "3"], ["--nproc-per-node=3"], ["--nproc-p", "3"], ["--nproc_per=3"]):
         rc, out, err = run(args + ["--no-python", "sh", "-c", "echo $WORLD_SIZE", "--nnodes=9"])
         check(rc == 0 and out.split() == ["3"] * 3, "%s: %r %r" % (args, out, err))
+    # argparse counts spellings: a prefix of both spellings of one option is
+    # ambiguous ("--nproc could match --nproc-per-node, --nproc_per_node")
+    rc, out, err = run(["--nproc", "3", "--no-python", "true"])
+    check(rc == 2 and "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node" in err, err)
     rc, out, err = run(["--no-python", "sh", "-c", "echo $WORLD_SIZE"], env=base_env(PET_NPROC_PER_NODE="2"))
     check(out.split() == ["2", "2"], out)
     rc, out, err = run(["--nproc-per-node=1", "--no-python", "sh", "-c", "echo $WORLD_SIZE"],
