@@ -1,0 +1,97 @@
+/* kernels/plan.c: the fused kernels' host-side planning, testable without a GPU. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "plan.h"
+
+static void test_choose(void **state)
+{
+	/* TP 1 never communicates */
+	assert_int_equal(dptp_ar_choose(1, 128, 4096, DPTP_DTYPE_BF16), DPTP_AR_NORM_ONLY);
+	/* small messages one-shot, large two-shot, vLLM's SM90 limits per TP */
+	assert_int_equal(dptp_ar_choose(2, 128, 4096, DPTP_DTYPE_BF16), DPTP_AR_ONESHOT);
+	assert_int_equal(dptp_ar_choose(8, 2048, 8192, DPTP_DTYPE_BF16), DPTP_AR_TWOSHOT);
+	assert_true(dptp_ar_oneshot_max_bytes(2) > dptp_ar_oneshot_max_bytes(4));
+	assert_true(dptp_ar_oneshot_max_bytes(4) > dptp_ar_oneshot_max_bytes(8));
+	/* two-shot needs tokens >= ranks: fewer tokens stay one-shot */
+	assert_int_equal(dptp_ar_choose(8, 4, 32768, DPTP_DTYPE_FP32), DPTP_AR_ONESHOT);
+}
+
+static void test_validate(void **state)
+{
+	struct dptp_err err = {0};
+	assert_int_equal(dptp_ar_validate(4, 16, 4096, DPTP_DTYPE_BF16, 1 << 20, DPTP_AR_AUTO, &err), 0);
+	assert_true(dptp_ar_validate(3, 16, 4096, DPTP_DTYPE_BF16, 1 << 20, DPTP_AR_AUTO, &err) < 0);
+	assert_true(dptp_ar_validate(2, 16, 4100, DPTP_DTYPE_BF16, 1 << 20, DPTP_AR_AUTO, &err) < 0);
+	assert_true(dptp_ar_validate(2, 16, 4096, DPTP_DTYPE_BF16, 1024, DPTP_AR_AUTO, &err) < 0);
+	assert_true(dptp_ar_validate(8, 4, 4096, DPTP_DTYPE_BF16, 1 << 20, DPTP_AR_TWOSHOT, &err) < 0);
+	assert_true(strlen(err.msg) > 0);
+}
+
+static void test_layout_aligned_and_disjoint(void **state)
+{
+	for (int n = 1; n <= 8; n *= 2) {
+		struct dptp_ar_layout l;
+		assert_int_equal(dptp_ar_layout_get(n, 1000000, &l), 0);
+		assert_true(l.slot_bytes >= 1000000);
+		size_t offs[] = { l.lamport[0], l.lamport[1], l.lamport[2], l.scatter, l.gather_res,
+				  l.gather_norm, l.flags };
+		for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+			assert_int_equal(offs[i] % 256, 0);
+			if (i)
+				assert_true(offs[i] > offs[i - 1]);
+		}
+		/* each Lamport buffer holds n slots */
+		assert_true(l.lamport[1] - l.lamport[0] >= (size_t)n * l.slot_bytes);
+		assert_true(l.total > l.flags);
+		assert_int_equal(dptp_cuda_ar_buffer_bytes(n, 1000000), l.total);
+	}
+	struct dptp_ar_layout l;
+	assert_true(dptp_ar_layout_get(3, 1000, &l) < 0);
+	assert_true(dptp_ar_layout_get(2, 0, &l) < 0);
+}
+
+static void test_slices_cover_rows(void **state)
+{
+	for (size_t tokens = 1; tokens < 40; tokens++) {
+		for (int n = 2; n <= 8; n *= 2) {
+			size_t next = 0;
+			for (int s = 0; s < n; s++) {
+				size_t b, e;
+				dptp_ar_slice(tokens, n, s, &b, &e);
+				assert_int_equal(b, next);
+				assert_true(e >= b);
+				next = e;
+			}
+			assert_int_equal(next, tokens);
+		}
+	}
+}
+
+static void test_shape(void **state)
+{
+	struct dptp_ar_shape s;
+	assert_int_equal(dptp_ar_shape_get(4096, DPTP_DTYPE_BF16, &s), 0);
+	assert_int_equal(s.hvec, 4096 * 2 / 16);
+	assert_true((size_t)s.threads * (size_t)s.vpt >= s.hvec);
+	assert_int_equal(s.threads % 32, 0);
+	assert_true(s.threads <= 512);
+	assert_true(dptp_ar_grid(DPTP_AR_ONESHOT, 2, 128, 0, 64) <= 64);
+	assert_true(dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, 128, 16, 64) <= 16);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_choose),
+		cmocka_unit_test(test_validate),
+		cmocka_unit_test(test_layout_aligned_and_disjoint),
+		cmocka_unit_test(test_slices_cover_rows),
+		cmocka_unit_test(test_shape),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
