@@ -59,8 +59,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(dptp_tcpstore_server_port(s)),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-		abort();
+	/* a connect can fail for the harness's own reasons (ephemeral ports
+	 * in TIME_WAIT, a full backlog): let the server accept and try again,
+	 * and give up on this input rather than call it a crash */
+	int tries = 0;
+	while (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		if (++tries > 100 || (errno != ECONNREFUSED && errno != EAGAIN && errno != EINTR &&
+				      errno != EADDRNOTAVAIL && errno != ETIMEDOUT)) {
+			close(fd);
+			return 0;
+		}
+		if (dptp_tcpstore_server_step(s, 1, NULL) < 0)
+			abort();
+		close(fd);
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			abort();
+	}
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	struct linger lg = {.l_onoff = 1, .l_linger = 0}; /* RST on close: no TIME_WAIT pile-up */

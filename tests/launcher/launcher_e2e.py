@@ -56,6 +56,10 @@ def base_env(**extra):
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
            "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "LC_ALL": "C",
            "DPTP_RUN_STOP_TIMEOUT": "5", "PET_MASTER_PORT": str(PORT)}
+    # a sanitizer build's settings (tests/hardening/sanitize.sh) carry over
+    for k in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
+        if k in os.environ:
+            env[k] = os.environ[k]
     env.update(extra)
     return env
 
