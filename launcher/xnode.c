@@ -85,7 +85,8 @@ static int put(struct xop *o, const void *p, size_t n)
 		o->out = g;
 		o->outcap = cap;
 	}
-	memcpy(o->out + o->outlen, p, n);
+	if (n) /* p may be NULL for an empty value */
+		memcpy(o->out + o->outlen, p, n);
 	o->outlen += n;
 	return 0;
 }

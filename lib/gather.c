@@ -63,9 +63,11 @@ int dptp_results_unpack(const void *buf, size_t len, struct dptp_check_result *r
 		memcpy(res[i].name, w.name, sizeof(res[i].name) - 1);
 		res[i].status = (enum dptp_status)w.status;
 		res[i].seconds = w.seconds;
-		res[i].detail = strndup((const char *)p, w.detail_len);
+		res[i].detail = malloc((size_t)w.detail_len + 1); /* not NUL-terminated on the wire */
 		if (!res[i].detail)
 			goto bad;
+		memcpy(res[i].detail, p, w.detail_len);
+		res[i].detail[w.detail_len] = 0;
 		p += w.detail_len;
 	}
 	return 0;

@@ -18,7 +18,8 @@ static FILE *sink;
 
 static enum run_args_result parse(struct run_opts *o, const char **args)
 {
-	char *argv[32] = {"dptp-run"};
+	static char *argv[32]; /* o keeps pointers into it */
+	argv[0] = "dptp-run";
 	int argc = 1;
 	for (; args[argc - 1]; argc++)
 		argv[argc] = (char *)args[argc - 1];
