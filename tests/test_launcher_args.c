@@ -51,7 +51,7 @@ static void test_spellings(void **state)
 	const char *forms[][4] = {
 		{"--nproc-per-node", "4", "t", NULL},
 		{"--nproc_per_node=4", "t", NULL},
-		{"--nproc", "4", "t", NULL},
+		{"--nproc-p", "4", "t", NULL},
 		{"--nproc_per=4", "t", NULL},
 	};
 	for (size_t i = 0; i < DPTP_ARRAY_LEN(forms); i++) {
