@@ -195,9 +195,8 @@ static void opt_label(enum opt_id id, char *buf, size_t len)
 {
 	size_t off = 0;
 	buf[0] = '\0';
-	for (size_t i = 0; i < 3 && opts[id].names[i]; i++)
-		off += (size_t)snprintf(buf + off, len > off ? len - off : 0, "%s%s",
-			i ? "/" : "", opts[id].names[i]);
+	for (size_t i = 0; i < 3 && opts[id].names[i] && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "/" : "", opts[id].names[i]);
 }
 
 struct parse {
@@ -256,8 +255,8 @@ static int find_long(const char *name, size_t len, char *amb, size_t amblen)
 			const char *n = opts[id].names[i];
 			if (n[1] != '-' || strncmp(n, name, len))
 				continue;
-			off += (size_t)snprintf(amb + off, amblen > off ? amblen - off : 0, "%s%s",
-				off ? ", " : "", n);
+			if (off < amblen) /* past the end: keep counting matches, stop listing */
+				off += (size_t)snprintf(amb + off, amblen - off, "%s%s", off ? ", " : "", n);
 			/* argparse (Python 3.11) counts spellings, not options:
 			 * "--max" matching --max-restarts and --max_restarts is
 			 * ambiguous too */
@@ -783,8 +782,9 @@ enum run_args_result run_args_parse(struct run_opts *o, int argc, char **argv, F
 	if (p.nunknown) {
 		char list[1024];
 		size_t off = 0;
-		for (size_t k = 0; k < p.nunknown; k++)
-			off += (size_t)snprintf(list + off, off < sizeof(list) ? sizeof(list) - off : 0, "%s%s", k ? " " : "", p.unknown[k]);
+		list[0] = '\0';
+		for (size_t k = 0; k < p.nunknown && off < sizeof(list); k++)
+			off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", k ? " " : "", p.unknown[k]);
 		return usage_error(errs, "unrecognized arguments: %s", list);
 	}
 	o->script = argv[i];

@@ -90,9 +90,8 @@ static void dispatch_run(struct dptp_ctx *c, struct dptp_check_result *res)
 	size_t off = 0;
 	for (int d = 0; d < dp; d++) {
 		size_t o = cu[d] * hidden * esz, nb = (size_t)tokens_of(c, d) * hidden * esz;
-		if (memcmp((char *)host + o, (char *)want + o, nb) != 0)
-			off += (size_t)snprintf(bad + off, off < sizeof(bad) ? sizeof(bad) - off : 0,
-						"%s%d", off ? ", " : "", d);
+		if (memcmp((char *)host + o, (char *)want + o, nb) != 0 && off < sizeof(bad))
+			off += (size_t)snprintf(bad + off, sizeof(bad) - off, "%s%d", off ? ", " : "", d);
 	}
 
 	/* combine: each EP rank applies its expert, all-reduce over EP, keep

@@ -602,7 +602,18 @@ def case_twonode_wire():
                 c, _ = lsock.accept()
             except OSError:
                 return
-            u = socket.create_connection(("127.0.0.1", port))
+            # node 0 may not listen yet: retry as a store client would,
+            # rather than close node 1's connection under it
+            u = None
+            for _ in range(200):
+                try:
+                    u = socket.create_connection(("127.0.0.1", port))
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            if u is None:
+                c.close()
+                continue
             rec = {">": bytearray(), "<": bytearray()}
             conns.append(rec)
             threading.Thread(target=pump, args=(c, u, rec[">"]), daemon=True).start()
