@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 if [[ -x build/launcher/dptp-run ]]; then
-	exec build/launcher/dptp-run --nproc-per-node=4 --no-python build/cli/dptp-check --dp 2 --tp 2 "$@"
+	exec build/launcher/dptp-run --standalone --nproc-per-node=4 --no-python build/cli/dptp-check --dp 2 --tp 2 "$@"
 fi
 exec mpirun --allow-run-as-root --oversubscribe -np 4 build/cli/dptp-check --dp 2 --tp 2 "$@"
