@@ -25,7 +25,19 @@ struct fence_wait {
 	bool done;
 	bool abandoned;
 	pmix_status_t status;
+	/* for gets: a copy of the value, made in the callback */
+	void *data;
+	size_t len;
+	bool typed_ok;
 };
+
+static void wait_free(struct fence_wait *w)
+{
+	pthread_mutex_destroy(&w->lock);
+	pthread_cond_destroy(&w->cond);
+	free(w->data);
+	free(w);
+}
 
 static void fence_cb(pmix_status_t status, void *cbdata)
 {
@@ -33,9 +45,7 @@ static void fence_cb(pmix_status_t status, void *cbdata)
 	pthread_mutex_lock(&w->lock);
 	if (w->abandoned) {
 		pthread_mutex_unlock(&w->lock);
-		pthread_mutex_destroy(&w->lock);
-		pthread_cond_destroy(&w->cond);
-		free(w);
+		wait_free(w);
 		return;
 	}
 	w->status = status;
@@ -93,22 +103,18 @@ static int pmix_publish(struct dptp_bootstrap *b, const char *key, const void *d
 	return 0;
 }
 
+static struct fence_wait *wait_new(void);
+static bool wait_for(struct fence_wait *w, double timeout);
+
 static int pmix_fence(struct dptp_bootstrap *b, double timeout, struct dptp_err *err)
 {
 	struct pmix_impl *im = b->impl;
 	pmix_status_t rc = PMIx_Commit();
 	if (rc != PMIX_SUCCESS)
 		return dptp_err_set(err, -EIO, "PMIx_Commit failed (%s)", PMIx_Error_string(rc));
-	struct fence_wait *w = calloc(1, sizeof(*w));
+	struct fence_wait *w = wait_new();
 	if (!w)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
-	pthread_mutex_init(&w->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w->cond, &ca);
-	pthread_condattr_destroy(&ca);
-
 	pmix_proc_t all;
 	PMIX_PROC_LOAD(&all, im->me.nspace, PMIX_RANK_WILDCARD);
 	pmix_info_t info;
@@ -117,11 +123,64 @@ static int pmix_fence(struct dptp_bootstrap *b, double timeout, struct dptp_err 
 	rc = PMIx_Fence_nb(&all, 1, &info, 1, fence_cb, w);
 	PMIX_INFO_DESTRUCT(&info);
 	if (rc != PMIX_SUCCESS) {
-		pthread_mutex_destroy(&w->lock);
-		pthread_cond_destroy(&w->cond);
-		free(w);
+		wait_free(w);
 		return dptp_err_set(err, -EIO, "PMIx_Fence_nb failed (%s)", PMIx_Error_string(rc));
 	}
+	if (!wait_for(w, timeout)) {
+		im->fence_abandoned = true;
+		return dptp_err_set(err, -ETIMEDOUT,
+			"fence over %d ranks did not complete within %.3g s (a peer never arrived)",
+			b->size, timeout);
+	}
+	pmix_status_t st = w->status;
+	wait_free(w);
+	if (st != PMIX_SUCCESS)
+		return dptp_err_set(err, -EIO, "PMIx fence failed (%s)", PMIx_Error_string(st));
+	return 0;
+}
+
+static void get_cb(pmix_status_t status, pmix_value_t *kv, void *cbdata)
+{
+	struct fence_wait *w = cbdata;
+	pthread_mutex_lock(&w->lock);
+	if (w->abandoned) {
+		pthread_mutex_unlock(&w->lock);
+		wait_free(w);
+		return;
+	}
+	w->status = status;
+	if (status == PMIX_SUCCESS && kv && kv->type == PMIX_BYTE_OBJECT) {
+		w->typed_ok = true;
+		w->len = kv->data.bo.size;
+		w->data = malloc(w->len ? w->len : 1);
+		if (w->data && w->len)
+			memcpy(w->data, kv->data.bo.bytes, w->len);
+		if (!w->data)
+			w->status = PMIX_ERR_NOMEM;
+	}
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static struct fence_wait *wait_new(void)
+{
+	struct fence_wait *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	return w;
+}
+
+/* Waits for w until timeout; on timeout hands w over to its callback and
+ * returns false. Called with w->lock not held. */
+static bool wait_for(struct fence_wait *w, double timeout)
+{
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	double end = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + timeout;
@@ -134,19 +193,10 @@ static int pmix_fence(struct dptp_bootstrap *b, double timeout, struct dptp_err 
 	if (!w->done) {
 		w->abandoned = true;
 		pthread_mutex_unlock(&w->lock);
-		im->fence_abandoned = true;
-		return dptp_err_set(err, -ETIMEDOUT,
-			"fence over %d ranks did not complete within %.3g s (a peer never arrived)",
-			b->size, timeout);
+		return false;
 	}
-	pmix_status_t st = w->status;
 	pthread_mutex_unlock(&w->lock);
-	pthread_mutex_destroy(&w->lock);
-	pthread_cond_destroy(&w->cond);
-	free(w);
-	if (st != PMIX_SUCCESS)
-		return dptp_err_set(err, -EIO, "PMIx fence failed (%s)", PMIx_Error_string(st));
-	return 0;
+	return true;
 }
 
 static int pmix_get(struct dptp_bootstrap *b, int rank, const char *key, void **data,
@@ -155,37 +205,42 @@ static int pmix_get(struct dptp_bootstrap *b, int rank, const char *key, void **
 	struct pmix_impl *im = b->impl;
 	pmix_proc_t p;
 	PMIX_PROC_LOAD(&p, im->me.nspace, (pmix_rank_t)rank);
-	pmix_info_t info[1];
-	int tmo = timeout > 0 && timeout < 1e6 ? (int)(timeout + 0.999) : 1;
 	/* after a collecting fence the data is local with a shared-memory
 	 * datastore, or one request away from the server with the hash one
-	 * (dptp-run): either way the answer is prompt; the timeout bounds it */
-	PMIX_INFO_LOAD(&info[0], PMIX_TIMEOUT, &tmo, PMIX_INT);
-	pmix_value_t *v = NULL;
-	pmix_status_t rc = PMIx_Get(&p, key, info, 1, &v);
-	PMIX_INFO_DESTRUCT(&info[0]);
-	if (rc == PMIX_ERR_NOT_FOUND)
-		return dptp_err_set(err, -ENOENT, "rank %d published no '%s'", rank, key);
-	if (rc == PMIX_ERR_TIMEOUT)
-		return dptp_err_set(err, -ETIMEDOUT, "PMIx_Get('%s' of rank %d) timed out", key, rank);
-	if (rc != PMIX_SUCCESS || !v)
-		return dptp_err_set(err, -EIO, "PMIx_Get('%s' of rank %d) failed (%s)", key, rank,
-				    PMIx_Error_string(rc));
-	if (v->type != PMIX_BYTE_OBJECT) {
-		PMIX_VALUE_RELEASE(v);
-		return dptp_err_set(err, -EPROTO, "'%s' of rank %d is not a byte object", key, rank);
-	}
-	size_t n = v->data.bo.size;
-	*data = malloc(n ? n : 1);
-	if (!*data) {
-		PMIX_VALUE_RELEASE(v);
+	 * (dptp-run). Non-blocking underneath, so the timeout is ours to the
+	 * millisecond (PMIX_TIMEOUT counts whole seconds). */
+	struct fence_wait *w = wait_new();
+	if (!w)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
+	pmix_status_t rc = PMIx_Get_nb(&p, key, NULL, 0, get_cb, w);
+	if (rc != PMIX_SUCCESS) {
+		wait_free(w);
+		if (rc == PMIX_ERR_NOT_FOUND)
+			return dptp_err_set(err, -ENOENT, "rank %d published no '%s'", rank, key);
+		return dptp_err_set(err, -EIO, "PMIx_Get_nb('%s' of rank %d) failed (%s)", key, rank,
+				    PMIx_Error_string(rc));
 	}
-	if (n)
-		memcpy(*data, v->data.bo.bytes, n);
-	*len = n;
-	PMIX_VALUE_RELEASE(v);
-	return 0;
+	if (!wait_for(w, timeout > 0 ? timeout : 0.001)) {
+		im->fence_abandoned = true; /* a request is still out: don't finalize */
+		return dptp_err_set(err, -ETIMEDOUT, "'%s' of rank %d did not come within %.3g s", key, rank, timeout);
+	}
+	int ret = 0;
+	if (w->status == PMIX_ERR_NOT_FOUND)
+		ret = dptp_err_set(err, -ENOENT, "rank %d published no '%s'", rank, key);
+	else if (w->status == PMIX_ERR_TIMEOUT)
+		ret = dptp_err_set(err, -ETIMEDOUT, "PMIx_Get('%s' of rank %d) timed out", key, rank);
+	else if (w->status != PMIX_SUCCESS)
+		ret = dptp_err_set(err, -EIO, "PMIx_Get('%s' of rank %d) failed (%s)", key, rank,
+				   PMIx_Error_string(w->status));
+	else if (!w->typed_ok)
+		ret = dptp_err_set(err, -EPROTO, "'%s' of rank %d is not a byte object", key, rank);
+	if (ret == 0) {
+		*data = w->data;
+		*len = w->len;
+		w->data = NULL;
+	}
+	wait_free(w);
+	return ret;
 }
 
 static void pmix_abort(struct dptp_bootstrap *b, int status, const char *msg)
