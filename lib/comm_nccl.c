@@ -200,7 +200,7 @@ static void nccl_destroy(struct dptp_comm *c)
 	struct nccl_impl *im = c->impl;
 	if (im) {
 		for (int i = G_N - 1; i >= 0; i--) {
-			if (!im->comm[i])
+			if (!im->comm[i] || (i != G_WORLD && im->comm[i] == im->comm[G_WORLD]))
 				continue;
 			if (im->aborted)
 				ncclCommAbort(im->comm[i]);
@@ -284,6 +284,12 @@ int dptp_comm_nccl_create(struct dptp_comm **out, struct dptp_exchange *x, int d
 		int s = slot_of(g->kind);
 		if (s == G_WORLD)
 			continue;
+		if (g->size == x->b->size) {
+			/* the group is the world (every group at world 1): share the
+			 * world communicator rather than split it */
+			im->comm[s] = im->comm[G_WORLD];
+			continue;
+		}
 		ncclResult_t r = ncclCommSplit(im->comm[G_WORLD], g->ranks[0], g->index, &im->comm[s], &cfg);
 		if (r != ncclSuccess && r != ncclInProgress)
 			rc = nccl_err(err, im->comm[G_WORLD], r, "ncclCommSplit");

@@ -450,6 +450,14 @@ int dptp_cuda_bench(struct dptp_ctx *c, const int *tokens, int ntokens, const in
 #if DPTP_HAVE_NCCL
 	nccl = dptp_comm_is_nccl(c->comm);
 #endif
+	for (int q = 0; q < c->layout.world; q++)
+		if (q != c->rank && c->host_of[q] == c->host_of[c->rank] &&
+		    c->peers[q].device == c->peers[c->rank].device) {
+			if (c->rank == 0)
+				fprintf(stderr, "dptp-check: bench: ranks share a GPU (DPTP_GPU_SHARING): their kernels "
+					"time-slice, so these figures measure the sharing, not the kernels\n");
+			break;
+		}
 	for (int hi = 0; hi < nhidden; hi++) {
 		int h = hiddens[hi];
 		size_t max_bytes = (size_t)maxtok * (size_t)h * esz;
