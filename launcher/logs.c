@@ -96,6 +96,11 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 	return 0;
 }
 
+void rm_tree(const char *dir)
+{
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int log_dirs_attempt(struct log_dirs *d, unsigned attempt, unsigned nlocal, char **out, struct dptp_err *err)
 {
 	char *dir;
@@ -104,7 +109,7 @@ int log_dirs_attempt(struct log_dirs *d, unsigned attempt, unsigned nlocal, char
 		return 0;
 	if (asprintf(&dir, "%s/attempt_%u", d->run_dir, attempt) < 0)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
-	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* shutil.rmtree(ignore_errors) */
+	rm_tree(dir); /* shutil.rmtree(ignore_errors) */
 	if (mkdir(dir, 0777) < 0)
 		goto fail;
 	for (unsigned i = 0; i < nlocal; i++) {
@@ -146,7 +151,7 @@ void log_dirs_release(struct log_dirs *d)
 		files_seen = 0;
 		nftw(d->base_created, count_file, 16, FTW_PHYS);
 		if (!files_seen)
-			nftw(d->base_created, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+			rm_tree(d->base_created);
 	}
 	free(d->base_created);
 	free(d->run_dir);

@@ -21,6 +21,8 @@ int log_dirs_init(struct log_dirs *d, const char *log_dir, const char *run_id, s
 int log_dirs_attempt(struct log_dirs *d, unsigned attempt, unsigned nlocal, char **out, struct dptp_err *err);
 /* Removes the default tmp base when the run wrote no file into it. */
 void log_dirs_release(struct log_dirs *d);
+/* Removes a folder and everything in it, ignoring errors (shutil.rmtree). */
+void rm_tree(const char *dir);
 
 /* One tee'd stream: a pipe from the worker, copied raw to file_fd and, line
  * by line with prefix, to console_fd. A line is written whole, in one

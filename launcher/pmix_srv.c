@@ -1,5 +1,6 @@
 /* The launcher's PMIx server (see pmix_srv.h). */
 #include "pmix_srv.h"
+#include "logs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -370,20 +371,6 @@ static int wait_ops(struct pmix_srv *s, unsigned count, const char *what, struct
 	if (first_bad != PMIX_SUCCESS)
 		return dptp_err_set(err, -EIO, "pmix %s failed: %s", what, PMIx_Error_string(first_bad));
 	return 0;
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void rm_tree(const char *dir)
-{
-	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err)

@@ -239,14 +239,6 @@ struct dptp_gpu_workspace {
 	int sharing;  /* ranks on this GPU */
 };
 
-static void keep(int *rc, struct dptp_err *err, int nrc, const struct dptp_err *nerr)
-{
-	if (nrc < 0 && *rc == 0) {
-		*rc = nrc;
-		if (err)
-			*err = *nerr;
-	}
-}
 
 void dptp_gpu_workspace_destroy(struct dptp_gpu_workspace *ws)
 {
@@ -288,7 +280,7 @@ int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, struct dptp_ctx *
 	int r = dptp_xchg_bcast_root(&c->x, xg, 0, &opid, sizeof(opid), c->p.faults, &e);
 	if (r < 0)
 		dptp_err_prefix(&e, "opId broadcast");
-	keep(&rc, err, r, &e);
+	dptp_err_keep(&rc, err, r, &e);
 
 	/* memory on the workspace's device, which it also makes current */
 	ws->ordinal = dptp_workspace_device(c);
@@ -296,23 +288,23 @@ int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, struct dptp_ctx *
 		ws->sharing += c->host_of[q] == c->host_of[c->rank] && c->peers[q].device == c->peers[c->rank].device;
 	int fd = -1;
 	if (rc == 0)
-		keep(&rc, err, dptp_cuda_set_device(ws->ordinal, &e), &e);
+		dptp_err_keep(&rc, err, dptp_cuda_set_device(ws->ordinal, &e), &e);
 	ws->buf_bytes = dptp_cuda_ar_buffer_bytes(size, max_bytes);
 	if (rc == 0)
-		keep(&rc, err, dptp_cuda_mem_create(ws->ordinal, ws->buf_bytes, &ws->mine, &e), &e);
+		dptp_err_keep(&rc, err, dptp_cuda_mem_create(ws->ordinal, ws->buf_bytes, &ws->mine, &e), &e);
 	if (rc == 0) {
 		ws->buf_bytes = dptp_cuda_mem_size(ws->mine);
-		keep(&rc, err, dptp_cuda_mem_export(ws->mine, &fd, &e), &e);
+		dptp_err_keep(&rc, err, dptp_cuda_mem_export(ws->mine, &fd, &e), &e);
 	}
 	r = dptp_ipcsock_bind(&ws->sock, rank, opid, &e);
 	if (r < 0)
 		dptp_err_prefix(&e, "global rank %d (group rank %d of %d)", c->rank, rank, size);
-	keep(&rc, err, r, &e);
+	dptp_err_keep(&rc, err, r, &e);
 
 	int in[DPTP_AR_MAX_RANKS + 1];
 	int *inp[1] = { in };
 	int n = size >= 1 && size <= DPTP_AR_MAX_RANKS ? size : 1;
-	keep(&rc, err, dptp_fd_ring(c, xg, rank, n, &ws->sock, 1, &fd, inp, &e), &e);
+	dptp_err_keep(&rc, err, dptp_fd_ring(c, xg, rank, n, &ws->sock, 1, &fd, inp, &e), &e);
 	if (fd >= 0)
 		close(fd);
 	void *bufs[DPTP_AR_MAX_RANKS] = {0};
@@ -329,7 +321,7 @@ int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, struct dptp_ctx *
 			continue;
 		}
 		if (rc == 0)
-			keep(&rc, err, dptp_cuda_mem_import(ws->ordinal, in[j], ws->buf_bytes, &ws->peer[j], &e), &e);
+			dptp_err_keep(&rc, err, dptp_cuda_mem_import(ws->ordinal, in[j], ws->buf_bytes, &ws->peer[j], &e), &e);
 		close(in[j]);
 		if (ws->peer[j])
 			bufs[j] = dptp_cuda_mem_ptr(ws->peer[j]);
@@ -337,21 +329,21 @@ int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, struct dptp_ctx *
 	if (rc == 0) {
 		struct dptp_cuda_ar_config cfg = { .nranks = size, .rank = rank, .dtype = dt, .max_bytes = max_bytes };
 		memcpy(cfg.peer_bufs, bufs, sizeof(bufs));
-		keep(&rc, err, dptp_cuda_ar_create(&cfg, &ws->ar, &e), &e);
+		dptp_err_keep(&rc, err, dptp_cuda_ar_create(&cfg, &ws->ar, &e), &e);
 	}
 	if (rc == 0)
-		keep(&rc, err, dptp_cuda_stream_create(&ws->stream, &e), &e);
+		dptp_err_keep(&rc, err, dptp_cuda_stream_create(&ws->stream, &e), &e);
 	size_t hid = 0;
 	(void)hid;
 	if (rc == 0) {
-		keep(&rc, err, dptp_cuda_malloc(&ws->d_x, max_bytes, &e), &e);
-		keep(&rc, err, dptp_cuda_malloc(&ws->d_res_in, max_bytes, &e), &e);
-		keep(&rc, err, dptp_cuda_malloc(&ws->d_res_out, max_bytes, &e), &e);
-		keep(&rc, err, dptp_cuda_malloc(&ws->d_norm, max_bytes, &e), &e);
-		keep(&rc, err, dptp_cuda_malloc(&ws->d_gamma, 65536 * 4, &e), &e);
+		dptp_err_keep(&rc, err, dptp_cuda_malloc(&ws->d_x, max_bytes, &e), &e);
+		dptp_err_keep(&rc, err, dptp_cuda_malloc(&ws->d_res_in, max_bytes, &e), &e);
+		dptp_err_keep(&rc, err, dptp_cuda_malloc(&ws->d_res_out, max_bytes, &e), &e);
+		dptp_err_keep(&rc, err, dptp_cuda_malloc(&ws->d_norm, max_bytes, &e), &e);
+		dptp_err_keep(&rc, err, dptp_cuda_malloc(&ws->d_gamma, 65536 * 4, &e), &e);
 	}
 	/* every rank's buffer is initialised before anyone's first call */
-	keep(&rc, err, dptp_xchg_barrier(&c->x, xg, &e), &e);
+	dptp_err_keep(&rc, err, dptp_xchg_barrier(&c->x, xg, &e), &e);
 	if (rc < 0) {
 		dptp_gpu_workspace_destroy(ws);
 		return rc;
@@ -465,7 +457,7 @@ int dptp_cuda_bench(struct dptp_ctx *c, const int *tokens, int ntokens, const in
 		struct dptp_err e = {0};
 		int r = dptp_gpu_workspace_create(&ws, c, tp, tp->index, tp->size, max_bytes, dt, &e);
 		if (r < 0) {
-			keep(&rc, err, r, &e);
+			dptp_err_keep(&rc, err, r, &e);
 			break;
 		}
 		void *d_buf = NULL, *host = malloc(max_bytes);
@@ -482,7 +474,7 @@ int dptp_cuda_bench(struct dptp_ctx *c, const int *tokens, int ntokens, const in
 			if (r == 0)
 				r = dptp_cuda_memcpy(ws->d_gamma, host, (size_t)h * esz, NULL, &e);
 		}
-		keep(&rc, err, r, &e);
+		dptp_err_keep(&rc, err, r, &e);
 		int mb = rc == 0 ? max_blocks(ws, (size_t)h, &e) : 1;
 		for (int ti = 0; ti < ntokens; ti++) {
 			int t = tokens[ti];
@@ -500,36 +492,36 @@ int dptp_cuda_bench(struct dptp_ctx *c, const int *tokens, int ntokens, const in
 				 dt == DPTP_DTYPE_BF16 ? "bf16" : dt == DPTP_DTYPE_FP16 ? "fp16" : "fp32");
 			/* fused: warm up, line up, then one event pair per call */
 			for (int w = 0; rc == 0 && w < 3; w++) {
-				keep(&rc, err, dptp_cuda_ar_fused(ws->ar, &a, ws->stream, NULL, &e), &e);
-				keep(&rc, err, dptp_cuda_ar_check(ws->ar, ws->stream, &e), &e);
+				dptp_err_keep(&rc, err, dptp_cuda_ar_fused(ws->ar, &a, ws->stream, NULL, &e), &e);
+				dptp_err_keep(&rc, err, dptp_cuda_ar_check(ws->ar, ws->stream, &e), &e);
 			}
-			keep(&rc, err, dptp_xchg_barrier(&c->x, &c->world, &e), &e);
+			dptp_err_keep(&rc, err, dptp_xchg_barrier(&c->x, &c->world, &e), &e);
 			for (int i = 0; rc == 0 && i < iters; i++) {
-				keep(&rc, err, dptp_cuda_event_record(ev[2 * i], ws->stream, &e), &e);
-				keep(&rc, err, dptp_cuda_ar_fused(ws->ar, &a, ws->stream, NULL, &e), &e);
-				keep(&rc, err, dptp_cuda_event_record(ev[2 * i + 1], ws->stream, &e), &e);
+				dptp_err_keep(&rc, err, dptp_cuda_event_record(ev[2 * i], ws->stream, &e), &e);
+				dptp_err_keep(&rc, err, dptp_cuda_ar_fused(ws->ar, &a, ws->stream, NULL, &e), &e);
+				dptp_err_keep(&rc, err, dptp_cuda_event_record(ev[2 * i + 1], ws->stream, &e), &e);
 			}
 			if (rc == 0)
-				keep(&rc, err, dptp_cuda_ar_check(ws->ar, ws->stream, &e), &e);
+				dptp_err_keep(&rc, err, dptp_cuda_ar_check(ws->ar, ws->stream, &e), &e);
 			if (rc == 0)
-				keep(&rc, err, median_us(ev, iters, &row->fused_us, &e), &e);
+				dptp_err_keep(&rc, err, median_us(ev, iters, &row->fused_us, &e), &e);
 			/* unfused: NCCL allreduce, then the separate residual + RMSNorm */
-			keep(&rc, err, dptp_xchg_barrier(&c->x, &c->world, &e), &e);
+			dptp_err_keep(&rc, err, dptp_xchg_barrier(&c->x, &c->world, &e), &e);
 			if (nccl) {
 #if DPTP_HAVE_NCCL
 				struct dptp_ar_args u = a;
 				u.x = d_buf;
 				for (int i = -3; rc == 0 && i < iters; i++) {
 					if (i >= 0)
-						keep(&rc, err, dptp_cuda_event_record(ev[2 * i], ws->stream, &e), &e);
-					keep(&rc, err, dptp_comm_nccl_allreduce_on(c->comm, tp, d_buf, (size_t)t * (size_t)h,
+						dptp_err_keep(&rc, err, dptp_cuda_event_record(ev[2 * i], ws->stream, &e), &e);
+					dptp_err_keep(&rc, err, dptp_comm_nccl_allreduce_on(c->comm, tp, d_buf, (size_t)t * (size_t)h,
 										   dt, ws->stream, &e), &e);
-					keep(&rc, err, dptp_cuda_residual_rmsnorm(&u, dt, ws->stream, &e), &e);
+					dptp_err_keep(&rc, err, dptp_cuda_residual_rmsnorm(&u, dt, ws->stream, &e), &e);
 					if (i >= 0)
-						keep(&rc, err, dptp_cuda_event_record(ev[2 * i + 1], ws->stream, &e), &e);
+						dptp_err_keep(&rc, err, dptp_cuda_event_record(ev[2 * i + 1], ws->stream, &e), &e);
 				}
 				if (rc == 0)
-					keep(&rc, err, median_us(ev, iters, &row->unfused_us, &e), &e);
+					dptp_err_keep(&rc, err, median_us(ev, iters, &row->unfused_us, &e), &e);
 #endif
 			}
 			double bytes = (double)t * h * (double)esz;

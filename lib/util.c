@@ -50,6 +50,15 @@ void dptp_err_prefix(struct dptp_err *err, const char *fmt, ...)
 	one_line(err->msg, sizeof(err->msg));
 }
 
+void dptp_err_keep(int *rc, struct dptp_err *err, int nrc, const struct dptp_err *nerr)
+{
+	if (nrc < 0 && *rc == 0) {
+		*rc = nrc;
+		if (err && nerr)
+			*err = *nerr;
+	}
+}
+
 double dptp_now(void)
 {
 	struct timespec ts;

@@ -24,6 +24,10 @@ int dptp_err_set(struct dptp_err *err, int rc, const char *fmt, ...)
 void dptp_err_prefix(struct dptp_err *err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* Keeps the first problem of a sequence that must run to its end (lockstep
+ * collectives): records nrc/nerr in *rc/err only when nothing failed yet. */
+void dptp_err_keep(int *rc, struct dptp_err *err, int nrc, const struct dptp_err *nerr);
+
 #define DPTP_TRY(expr) do { int dptp_try_rc_ = (expr); if (dptp_try_rc_ < 0) return dptp_try_rc_; } while (0)
 #define DPTP_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

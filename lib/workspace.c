@@ -66,15 +66,6 @@ static void lamport_clear(void *buf, size_t bytes, enum dptp_dtype dt)
 	}
 }
 
-/* First problem wins; later ones are dropped. */
-static void keep(int *rc, struct dptp_err *err, int nrc, const struct dptp_err *nerr)
-{
-	if (nrc < 0 && *rc == 0) {
-		*rc = nrc;
-		if (err)
-			*err = *nerr;
-	}
-}
 
 int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int size,
 		 struct dptp_ipcsock *socks, int nsocks, const int *my_fds, int **in_fds,
@@ -89,7 +80,7 @@ int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int 
 		for (int j = 0; j < size; j++)
 			in_fds[s][j] = -1;
 	/* everyone has bound its sockets */
-	keep(&rc, err, dptp_xchg_barrier(&c->x, xg, &e), &e);
+	dptp_err_keep(&rc, err, dptp_xchg_barrier(&c->x, xg, &e), &e);
 	for (int i = 0; i < size; i++) {
 		int to = (rank + i) % size, from = (rank - i + size) % size;
 		int32_t ok = 1;
@@ -103,13 +94,13 @@ int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int 
 			if (r < 0) {
 				ok = 0;
 				dptp_err_prefix(&e, "sending to group rank %d", to);
-				keep(&rc, err, r, &e);
+				dptp_err_keep(&rc, err, r, &e);
 			}
 		}
 		/* a datagram is queued at its receiver when sendmsg returns: after
 		 * this round everything that was sent can be read without waiting */
 		int r = dptp_xchg_allgather(&c->x, xg, &ok, sizeof(ok), sent, &e);
-		keep(&rc, err, r, &e);
+		dptp_err_keep(&rc, err, r, &e);
 		if (r < 0)
 			continue;
 		int want = xg->ranks[from < xg->size ? from : 0]; /* who the caller believes `from` is */
@@ -123,21 +114,21 @@ int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int 
 			r = dptp_ipcsock_recv(&socks[s], &fd, &m, &pid, &uid, 0, &e);
 			if (r == -EAGAIN) {
 				if (sent[from]) /* someone else took the datagram meant for us */
-					keep(&rc, err, dptp_err_set(&e, -ENOENT,
+					dptp_err_keep(&rc, err, dptp_err_set(&e, -ENOENT,
 						"buffer %d: group rank %d (global rank %d) sent its descriptor to '@%s', "
 						"but it never arrived here: another process holds that name",
 						s, from, want, socks[s].name), &e);
 				continue;
 			}
 			if (r < 0) {
-				keep(&rc, err, r, &e);
+				dptp_err_keep(&rc, err, r, &e);
 				continue;
 			}
 			bool good = m.global_rank == want && m.buffer == s && uid == getuid() &&
 				    want >= 0 && want < c->layout.world && pid == c->peers[want].pid;
 			if (!good) {
 				int g = m.global_rank >= 0 && m.global_rank < c->layout.world ? m.global_rank : -1;
-				keep(&rc, err, dptp_err_set(&e, -EXDEV,
+				dptp_err_keep(&rc, err, dptp_err_set(&e, -EXDEV,
 					"buffer %d: '@%s' received a descriptor from global rank %d (pid %ld, group rank %d, "
 					"TP group of rank %d) where group rank %d = global rank %d (pid %ld) was expected: "
 					"a descriptor crossed groups",
@@ -150,7 +141,7 @@ int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int 
 		}
 	}
 	/* descriptors that came from elsewhere */
-	keep(&rc, err, dptp_xchg_barrier(&c->x, xg, &e), &e);
+	dptp_err_keep(&rc, err, dptp_xchg_barrier(&c->x, xg, &e), &e);
 	for (int s = 0; s < nsocks; s++) {
 		if (socks[s].fd < 0)
 			continue;
@@ -161,7 +152,7 @@ int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int 
 		while (dptp_ipcsock_recv(&socks[s], &fd, &m, &pid, &uid, 0, &e) != -EAGAIN) {
 			if (fd >= 0)
 				close(fd);
-			keep(&rc, err, dptp_err_set(&e, -EXDEV,
+			dptp_err_keep(&rc, err, dptp_err_set(&e, -EXDEV,
 				"buffer %d: '@%s' received an extra descriptor from global rank %d (pid %ld): "
 				"two groups share this socket name", s, socks[s].name, m.global_rank, (long)pid), &e);
 		}
@@ -190,7 +181,7 @@ int dptp_workspace_create(struct dptp_workspace *ws, struct dptp_ctx *c,
 
 	/* the root draws the opId and broadcasts it in the exchange group */
 	uint64_t opid = rank == 0 ? dptp_opid_draw(c) : 0;
-	keep(&rc, err, dptp_xchg_bcast_root(&c->x, xg, 0, &opid, sizeof(opid), c->p.faults, &e), &e);
+	dptp_err_keep(&rc, err, dptp_xchg_bcast_root(&c->x, xg, 0, &opid, sizeof(opid), c->p.faults, &e), &e);
 	if (rc < 0)
 		dptp_err_prefix(err, "opId broadcast");
 	ws->opid = opid;
@@ -209,7 +200,7 @@ int dptp_workspace_create(struct dptp_workspace *ws, struct dptp_ctx *c,
 	for (int b = 0; rc == 0 && b < DPTP_WS_NBUF; b++) {
 		char nm[32];
 		snprintf(nm, sizeof(nm), "dptp-ws%d", b);
-		keep(&rc, err, memfd_buffer(ws->buf_bytes, nm, &ws->fds[b], &ws->local[b], &e), &e);
+		dptp_err_keep(&rc, err, memfd_buffer(ws->buf_bytes, nm, &ws->fds[b], &ws->local[b], &e), &e);
 		if (rc == 0)
 			lamport_clear(ws->local[b], ws->buf_bytes, dt);
 	}
@@ -218,9 +209,9 @@ int dptp_workspace_create(struct dptp_workspace *ws, struct dptp_ctx *c,
 		int r = dptp_ipcsock_bind(&ws->socks[b], rank, opid + (uint64_t)b, &e);
 		if (r < 0)
 			dptp_err_prefix(&e, "global rank %d (group rank %d of %d)", c->rank, rank, size);
-		keep(&rc, err, r, &e);
+		dptp_err_keep(&rc, err, r, &e);
 	}
-	keep(&rc, err, dptp_fd_ring(c, xg, rank, size, ws->socks, DPTP_WS_NBUF, ws->fds, in, &e), &e);
+	dptp_err_keep(&rc, err, dptp_fd_ring(c, xg, rank, size, ws->socks, DPTP_WS_NBUF, ws->fds, in, &e), &e);
 	for (int b = 0; b < DPTP_WS_NBUF; b++) {
 		for (int j = 0; j < size; j++) {
 			if (j == rank) {
@@ -237,7 +228,7 @@ int dptp_workspace_create(struct dptp_workspace *ws, struct dptp_ctx *c,
 			void *p = mmap(NULL, ws->buf_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, in[b][j], 0);
 			close(in[b][j]);
 			if (p == MAP_FAILED) {
-				keep(&rc, err, dptp_err_set(&e, -errno, "mmap of group rank %d's buffer %d: %s",
+				dptp_err_keep(&rc, err, dptp_err_set(&e, -errno, "mmap of group rank %d's buffer %d: %s",
 							    j, b, strerror(errno)), &e);
 				continue;
 			}
