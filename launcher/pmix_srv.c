@@ -632,6 +632,20 @@ int pmix_srv_fd(const struct pmix_srv *s)
 	return s->up ? s->evpipe[0] : -1;
 }
 
+void pmix_srv_abandon(struct pmix_srv *s)
+{
+	/* after workers died mid-protocol, PMIx_server_finalize can deadlock
+	 * on its own locks (seen: a futex never released after a worker exit
+	 * during a fence) or crash; the process is about to exit, so leave
+	 * the library be and remove only what would outlive us */
+	if (!s)
+		return;
+	if (s->tmpdir[0]) {
+		rm_tree(s->tmpdir);
+		s->tmpdir[0] = '\0';
+	}
+}
+
 void pmix_srv_finalize(struct pmix_srv *s)
 {
 	if (!s)

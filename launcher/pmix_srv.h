@@ -83,5 +83,9 @@ int pmix_srv_fd(const struct pmix_srv *s);
 void pmix_srv_dispatch(struct pmix_srv *s, const struct pmix_srv_sink *sink);
 /* Stops the server and removes its tmpdir. Accepts a zeroed struct. */
 void pmix_srv_finalize(struct pmix_srv *s);
+/* For a launcher about to exit after a failed job: removes the private
+ * tmpdir but does not call PMIx_server_finalize, which can hang or crash
+ * when clients died in the middle of an operation. */
+void pmix_srv_abandon(struct pmix_srv *s);
 
 #endif

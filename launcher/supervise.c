@@ -632,7 +632,10 @@ int supervise_run(const struct run_opts *o)
 out:
 	free_workers(&j);
 	phase("workers freed");
-	pmix_srv_finalize(&j.srv);
+	if (status == 0)
+		pmix_srv_finalize(&j.srv);
+	else
+		pmix_srv_abandon(&j.srv);
 	phase("pmix server finalized");
 	if (j.rdzv.ops)
 		j.rdzv.ops->shutdown(&j.rdzv);
