@@ -39,19 +39,33 @@ static void wait_free(struct fence_wait *w)
 	free(w);
 }
 
-static void fence_cb(pmix_status_t status, void *cbdata)
+/* Callback side: takes w's lock; false (and w freed) when the waiter gave
+ * up on it. */
+static bool cb_begin(struct fence_wait *w)
 {
-	struct fence_wait *w = cbdata;
 	pthread_mutex_lock(&w->lock);
 	if (w->abandoned) {
 		pthread_mutex_unlock(&w->lock);
 		wait_free(w);
-		return;
+		return false;
 	}
-	w->status = status;
+	return true;
+}
+
+static void cb_end(struct fence_wait *w)
+{
 	w->done = true;
 	pthread_cond_signal(&w->cond);
 	pthread_mutex_unlock(&w->lock);
+}
+
+static void fence_cb(pmix_status_t status, void *cbdata)
+{
+	struct fence_wait *w = cbdata;
+	if (!cb_begin(w))
+		return;
+	w->status = status;
+	cb_end(w);
 }
 
 static int get_u32(const pmix_proc_t *p, const char *key, uint32_t *out)
@@ -142,12 +156,8 @@ static int pmix_fence(struct dptp_bootstrap *b, double timeout, struct dptp_err 
 static void get_cb(pmix_status_t status, pmix_value_t *kv, void *cbdata)
 {
 	struct fence_wait *w = cbdata;
-	pthread_mutex_lock(&w->lock);
-	if (w->abandoned) {
-		pthread_mutex_unlock(&w->lock);
-		wait_free(w);
+	if (!cb_begin(w))
 		return;
-	}
 	w->status = status;
 	if (status == PMIX_SUCCESS && kv && kv->type == PMIX_BYTE_OBJECT) {
 		w->typed_ok = true;
@@ -158,9 +168,7 @@ static void get_cb(pmix_status_t status, pmix_value_t *kv, void *cbdata)
 		if (!w->data)
 			w->status = PMIX_ERR_NOMEM;
 	}
-	w->done = true;
-	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
+	cb_end(w);
 }
 
 static struct fence_wait *wait_new(void)
