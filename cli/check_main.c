@@ -6,14 +6,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
-#include "check.h"
-#include "ctx.h"
-#include "cuda_backend.h"
+#include "bootstrap/bootstrap.h"
+#include "checks/check.h"
+#include "checks/ctx.h"
+#include "checks/cuda_backend.h"
 #include "dptp-config.h"
-#include "gather.h"
+#include "report/gather.h"
 #include "options.h"
-#include "report.h"
+#include "report/report.h"
 
 int dptp_check_main(int argc, char **argv);
 

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "check.h"
+#include "checks/check.h"
 
 enum opt_kind {
 	KIND_INT,      /* int field, [min,max], optional multiple-of */

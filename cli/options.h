@@ -7,14 +7,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "dtype.h"
-#include "fault.h"
-#include "report.h"
-#include "util.h"
+#include "base/dtype.h"
+#include "base/fault.h"
+#include "report/report.h"
+#include "base/util.h"
 
 enum dptp_backend_choice { DPTP_BACKEND_AUTO, DPTP_BACKEND_HOST, DPTP_BACKEND_CUDA };
 
-/* One bit per check, in the order of lib/check.h's registry. */
+/* One bit per check, in the order of lib/checks/check.h's registry. */
 typedef uint32_t dptp_check_set;
 
 struct dptp_options {

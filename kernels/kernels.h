@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtype.h"
-#include "util.h"
+#include "base/dtype.h"
+#include "base/util.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define RUN_MAX_SIGNALS 32
 #define RUN_STD_MAP_MAX 10 /* argparse's regex allows single-digit ranks */

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "util.h"
+#include "base/util.h"
 
 struct log_dirs {
 	bool devnull;      /* --log-dir /dev/null: no files at all */

@@ -12,7 +12,7 @@
 #include <sys/types.h>
 
 #include "rendezvous.h"
-#include "util.h"
+#include "base/util.h"
 
 struct pmix_srv {
 	bool up;

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tcpstore.h"
+#include "wire/tcpstore.h"
 
 void rdzv_fqdn(char *buf, size_t len)
 {

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "env.h"
-#include "tcpstore.h"
+#include "wire/tcpstore.h"
 
 enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT };
 

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "gather.h"
-#include "group.h"
+#include "report/gather.h"
+#include "plane/group.h"
 
 static void test_pack_roundtrip(void **state)
 {

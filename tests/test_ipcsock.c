@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "ipcsock.h"
+#include "ipc/ipcsock.h"
 
 static uint64_t unique_opid(void)
 {

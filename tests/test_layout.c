@@ -6,7 +6,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "layout.h"
+#include "base/layout.h"
 
 static void expect_group(const struct dptp_layout *l, enum dptp_group_kind k, int rank,
 			 const int *want, int n, int want_idx)

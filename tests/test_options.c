@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "checks/check.h"
 #include "options.h"
 
 #define MAXARGS 64

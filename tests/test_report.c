@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "report.h"
+#include "report/report.h"
 
 /* ---- a small strict JSON parser ------------------------------------ */
 

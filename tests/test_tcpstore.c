@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tcpstore.h"
+#include "wire/tcpstore.h"
 
 /* tcpstore_ops_trace_2.11.txt */
 static const char trace_ops[] =

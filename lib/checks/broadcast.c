@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "ctx.h"
+#include "checks/check.h"
+#include "checks/ctx.h"
 
 struct stamp {
 	int32_t global_rank;

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "ctx.h"
-#include "cuda_backend.h"
-#include "workspace.h"
+#include "checks/check.h"
+#include "checks/ctx.h"
+#include "checks/cuda_backend.h"
+#include "ipc/workspace.h"
 
 struct devrec {
 	int32_t host;

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "ctx.h"
+#include "checks/check.h"
+#include "checks/ctx.h"
 
 /* Tokens of DP replica d: uneven on purpose, as real batches are. */
 static int tokens_of(const struct dptp_ctx *c, int d)

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "ctx.h"
-#include "cuda_backend.h"
-#include "workspace.h"
+#include "checks/check.h"
+#include "checks/ctx.h"
+#include "checks/cuda_backend.h"
+#include "ipc/workspace.h"
 
 #define ITERATIONS 3 /* every Lamport buffer once */
 

@@ -8,9 +8,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "ctx.h"
-#include "workspace.h"
+#include "checks/check.h"
+#include "checks/ctx.h"
+#include "ipc/workspace.h"
 
 struct opid_rec {
 	int32_t host;

@@ -1,4 +1,4 @@
-#include "check.h"
+#include "checks/check.h"
 
 extern const struct dptp_check dptp_check_broadcast;
 extern const struct dptp_check dptp_check_opid;

@@ -7,7 +7,7 @@ the engine it ran under.
 
 usage: engines.py MODE --check PATH [--probe PATH] [--layouts L,...] [--faults all|none|F,...]
 modes:
-  slurm-probe   srun a PMIx probe: every key lib/bootstrap_pmix.c reads is there
+  slurm-probe   srun a PMIx probe: every key lib/bootstrap/bootstrap_pmix.c reads is there
   slurm-srun    matrix under `srun --mpi=pmix -n N`
   slurm-sbatch  the same through `sbatch tests/engines/dptp-check.sbatch`
   mpirun        matrix under mpirun (16 ranks: dp8tp2, dp4tp4)

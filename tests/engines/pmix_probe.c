@@ -1,4 +1,4 @@
-/* What a launcher's PMIx server provides: the keys lib/bootstrap_pmix.c
+/* What a launcher's PMIx server provides: the keys lib/bootstrap/bootstrap_pmix.c
  * reads (and a few it might), then a put/commit/fence/get round trip.
  * One line per rank:  rank R/N key=value ... exchange=ok
  * Exit 0 when every key lib needs is there and the exchange works, 1 when a

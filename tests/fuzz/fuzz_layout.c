@@ -1,5 +1,5 @@
-/* libFuzzer: the layout (lib/layout.c, world/dp/pp/tp from the input) and
- * the fault-list parser (lib/fault.c, the rest of the input as a string).
+/* libFuzzer: the layout (lib/base/layout.c, world/dp/pp/tp from the input) and
+ * the fault-list parser (lib/base/fault.c, the rest of the input as a string).
  * Invariants: a layout is accepted iff dp*pp*tp == world (0 = derive), and
  * then rank <-> coordinate round-trips and every group lists its member at
  * my_index; a fault list parses to a set of known faults or is refused with
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fault.h"
-#include "layout.h"
+#include "base/fault.h"
+#include "base/layout.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

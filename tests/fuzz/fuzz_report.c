@@ -1,4 +1,4 @@
-/* libFuzzer: the JSON, JUnit and text writers (lib/report.c) and their
+/* libFuzzer: the JSON, JUnit and text writers (lib/report/report.c) and their
  * escapers, fed hostile strings (control bytes, quotes, invalid UTF-8,
  * "]]>", "</testcase>") in every string field of a report. The JSON output
  * must parse (a strict RFC 8259 checker below) and be valid UTF-8; the XML
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report.h"
+#include "report/report.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

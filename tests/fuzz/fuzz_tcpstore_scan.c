@@ -1,4 +1,4 @@
-/* libFuzzer: the pure TCPStore request scanner (lib/tcpstore_proto.c).
+/* libFuzzer: the pure TCPStore request scanner (lib/wire/tcpstore_proto.c).
  * Checks its contract on every input, under the default limits and under
  * tiny ones taken from the first byte:
  *   1  -> 0 < *out <= len, and every prefix of the frame is "need more"
@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tcpstore.h"
+#include "wire/tcpstore.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

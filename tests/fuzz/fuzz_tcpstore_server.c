@@ -1,4 +1,4 @@
-/* libFuzzer: the TCPStore server's request handling (lib/tcpstore_server.c).
+/* libFuzzer: the TCPStore server's request handling (lib/wire/tcpstore_server.c).
  * The server has no entry point that takes raw bytes, so the harness drives
  * a real one over loopback TCP from this thread: it connects, writes the
  * input (after a VALIDATE frame when the first byte's low bit is set, so the
@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tcpstore.h"
+#include "wire/tcpstore.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

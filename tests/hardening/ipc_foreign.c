@@ -1,5 +1,5 @@
 /* ipcsock: can a receiver tell a descriptor sent by a process outside the
- * job? (issue 9 item 4). dptp_fd_ring (lib/workspace.c) accepts a datagram
+ * job? (issue 9 item 4). dptp_fd_ring (lib/ipc/workspace.c) accepts a datagram
  * only when the payload's global rank is the expected peer AND the
  * kernel-checked SCM_CREDENTIALS pid is that peer's pid from the bootstrap
  * pid table. This test shows what that check rests on:
@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ipcsock.h"
+#include "ipc/ipcsock.h"
 
 static int send_forged(const char *name, pid_t claim)
 {

@@ -1,0 +1,76 @@
+#include "base/fault.h"
+
+#include <errno.h>
+#include <string.h>
+
+const struct dptp_fault_desc dptp_faults[DPTP_NFAULTS] = {
+	[DPTP_FAULT_BCAST_GLOBAL_SRC] = {
+		.name = "bcast-global-src", .check = "broadcast", .bug = 2,
+		.summary = "the exchange backend broadcasts with src = the group-local root, read as a global rank",
+		.symptom = "torch: \"Global rank 0 is not part of group\"; vLLM left the workspace empty and the fused kernel hung",
+	},
+	[DPTP_FAULT_OPID_SEEDED] = {
+		.name = "opid-seeded", .check = "opid", .bug = 4,
+		.summary = "TP roots draw the IPC opId from an RNG seeded with --seed in every process",
+		.symptom = "[Errno 98] Address already in use on /tmp/mcastmem-socket-*, or descriptors delivered to the wrong group",
+	},
+	[DPTP_FAULT_DEVICE_TP_RANK] = {
+		.name = "device-tp-rank", .check = "device-map", .bug = 3,
+		.summary = "the workspace device (and current device) is taken from tp_rank instead of LOCAL_RANK",
+		.symptom = "NCCL \"Duplicate GPU detected\" or CUBLAS_STATUS_EXECUTION_FAILED in DP replica 1",
+	},
+	[DPTP_FAULT_WORLD_WORKSPACE] = {
+		.name = "world-workspace", .check = "fused-allreduce", .bug = 1,
+		.summary = "the fused-allreduce workspace is exchanged on the WORLD group with rank=tp_rank, size=tp_size",
+		.symptom = "IPC/NCCL errors at start-up with DP+TP (EADDRINUSE, descriptors crossing DP replicas); dp=1 healthy",
+	},
+	[DPTP_FAULT_DISPATCH_EP_GROUP] = {
+		.name = "dispatch-ep-group", .check = "dispatch", .bug = 5,
+		.summary = "naive MoE dispatch broadcasts slice idx from EP-group root idx instead of DP-group root idx",
+		.symptom = "DP replica 0's MoE output correct, replica 1's garbage",
+	},
+};
+
+int dptp_fault_lookup(const char *name)
+{
+	for (int i = 0; i < DPTP_NFAULTS; i++)
+		if (strcmp(dptp_faults[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+int dptp_fault_parse(const char *list, dptp_fault_set *out, struct dptp_err *err)
+{
+	dptp_fault_set set = 0;
+	if (!list)
+		list = "";
+	if (strcmp(list, "all") == 0) {
+		*out = (1u << DPTP_NFAULTS) - 1;
+		return 0;
+	}
+	if (strcmp(list, "none") == 0 || !*list) {
+		*out = 0;
+		return 0;
+	}
+	const char *p = list;
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+		char name[64];
+		if (n == 0 || n >= sizeof(name))
+			return dptp_err_set(err, -EINVAL, "invalid fault list '%s' (empty or over-long name)", list);
+		memcpy(name, p, n);
+		name[n] = 0;
+		int id = dptp_fault_lookup(name);
+		if (id < 0)
+			return dptp_err_set(err, -EINVAL, "unknown fault '%s' (see --list)", name);
+		if (set & (1u << id))
+			return dptp_err_set(err, -EINVAL, "fault '%s' given twice", name);
+		set |= 1u << id;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	*out = set;
+	return 0;
+}

@@ -1,0 +1,46 @@
+/* The named fault injections. Each one changes exactly the decision the real
+ * bug got wrong (which group, which index, which seed, which device) at the
+ * place the real code made it; nothing here touches a verdict. */
+#ifndef DPTP_LIB_FAULT_H
+#define DPTP_LIB_FAULT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/util.h"
+
+enum dptp_fault_id {
+	DPTP_FAULT_BCAST_GLOBAL_SRC,
+	DPTP_FAULT_OPID_SEEDED,
+	DPTP_FAULT_DEVICE_TP_RANK,
+	DPTP_FAULT_WORLD_WORKSPACE,
+	DPTP_FAULT_DISPATCH_EP_GROUP,
+	DPTP_NFAULTS,
+};
+
+struct dptp_fault_desc {
+	const char *name;    /* CLI spelling */
+	const char *check;   /* the check that catches it */
+	int bug;             /* number in reference/BUGS.md */
+	const char *summary; /* what the code does wrong */
+	const char *symptom; /* what the real bug looked like */
+};
+
+extern const struct dptp_fault_desc dptp_faults[DPTP_NFAULTS];
+
+/* A set of faults, one bit per enum dptp_fault_id. */
+typedef uint32_t dptp_fault_set;
+
+static inline bool dptp_fault_on(dptp_fault_set s, enum dptp_fault_id f)
+{
+	return (s >> f) & 1u;
+}
+
+/* Name -> id, or -1. */
+int dptp_fault_lookup(const char *name);
+
+/* Parses "a,b,c" or "all" (or "none"/"") into *out. An unknown or repeated
+ * name is refused with a message naming it. Returns 0 or -EINVAL. */
+int dptp_fault_parse(const char *list, dptp_fault_set *out, struct dptp_err *err);
+
+#endif

@@ -1,0 +1,133 @@
+#include "base/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* Messages are one line on a terminal whatever a user typed: control
+ * bytes (a newline, an escape sequence) in quoted values become \xNN. */
+static void one_line(char *msg, size_t cap)
+{
+	char tmp[DPTP_ERR_MAX];
+	size_t o = 0;
+	for (const unsigned char *p = (const unsigned char *)msg; *p && o + 5 < sizeof(tmp); p++) {
+		if (*p < 0x20 || *p == 0x7f)
+			o += (size_t)snprintf(tmp + o, sizeof(tmp) - o, "\\x%02x", *p);
+		else
+			tmp[o++] = (char)*p;
+	}
+	tmp[o] = 0;
+	snprintf(msg, cap, "%s", tmp);
+}
+
+int dptp_err_set(struct dptp_err *err, int rc, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+		va_end(ap);
+		one_line(err->msg, sizeof(err->msg));
+	}
+	return rc;
+}
+
+void dptp_err_prefix(struct dptp_err *err, const char *fmt, ...)
+{
+	if (!err)
+		return;
+	char pre[DPTP_ERR_MAX], old[DPTP_ERR_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(pre, sizeof(pre), fmt, ap);
+	va_end(ap);
+	memcpy(old, err->msg, sizeof(old));
+	snprintf(err->msg, sizeof(err->msg), "%s: %s", pre, old);
+	one_line(err->msg, sizeof(err->msg));
+}
+
+void dptp_err_keep(int *rc, struct dptp_err *err, int nrc, const struct dptp_err *nerr)
+{
+	if (nrc < 0 && *rc == 0) {
+		*rc = nrc;
+		if (err && nerr)
+			*err = *nerr;
+	}
+}
+
+double dptp_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int dptp_parse_u64(const char *s, uint64_t min, uint64_t max, bool allow_suffix, uint64_t *out)
+{
+	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ' || *s == '\t')
+		return -EINVAL;
+	errno = 0;
+	char *end = NULL;
+	unsigned long long v = strtoull(s, &end, 0);
+	if (end == s)
+		return -EINVAL;
+	if (errno == ERANGE)
+		return -ERANGE;
+	if (allow_suffix && *end) {
+		unsigned shift = 0;
+		switch (*end) {
+		case 'k': case 'K': shift = 10; break;
+		case 'm': case 'M': shift = 20; break;
+		case 'g': case 'G': shift = 30; break;
+		default: return -EINVAL;
+		}
+		end++;
+		if (v > (UINT64_MAX >> shift))
+			return -ERANGE;
+		v <<= shift;
+	}
+	if (*end)
+		return -EINVAL;
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+int dptp_parse_double(const char *s, double min, double max, double *out)
+{
+	if (!s || !*s || *s == ' ' || *s == '\t')
+		return -EINVAL;
+	errno = 0;
+	char *end = NULL;
+	double v = strtod(s, &end);
+	if (end == s || *end)
+		return -EINVAL;
+	if (errno == ERANGE || !isfinite(v))
+		return -ERANGE;
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+int dptp_entropy(void *buf, size_t len)
+{
+	unsigned char *p = buf;
+	while (len) {
+		ssize_t n = getrandom(p, len, 0);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+

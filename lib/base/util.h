@@ -1,0 +1,59 @@
+/* Small shared helpers: error buffers, clocks, strict number parsing.
+ * lib/ never prints and never exits; functions that can fail for a reason a
+ * user should read take a struct dptp_err and append one complete message. */
+#ifndef DPTP_LIB_UTIL_H
+#define DPTP_LIB_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DPTP_ERR_MAX 1024
+
+/* A message buffer; zero-initialise it ({0}). Untouched on success. */
+struct dptp_err {
+	char msg[DPTP_ERR_MAX];
+};
+
+/* Sets err->msg (printf-style); err may be NULL. Returns rc unchanged so
+ * callers can write `return dptp_err_set(err, -EINVAL, "...")`. */
+int dptp_err_set(struct dptp_err *err, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Prepends "<prefix>: " to an existing message. */
+void dptp_err_prefix(struct dptp_err *err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Keeps the first problem of a sequence that must run to its end (lockstep
+ * collectives): records nrc/nerr in *rc/err only when nothing failed yet. */
+void dptp_err_keep(int *rc, struct dptp_err *err, int nrc, const struct dptp_err *nerr);
+
+#define DPTP_TRY(expr) do { int dptp_try_rc_ = (expr); if (dptp_try_rc_ < 0) return dptp_try_rc_; } while (0)
+#define DPTP_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Monotonic seconds. */
+double dptp_now(void);
+
+/* Strict unsigned parse: decimal (or 0x hex), no sign, no trailing junk,
+ * optional K/M/G suffix (powers of 1024) when allow_suffix. Range [min,max].
+ * Returns 0 or -EINVAL / -ERANGE. */
+int dptp_parse_u64(const char *s, uint64_t min, uint64_t max, bool allow_suffix, uint64_t *out);
+/* Strict double parse, finite, within [min,max]. */
+int dptp_parse_double(const char *s, double min, double max, double *out);
+
+/* Deterministic 64-bit mixing (splitmix64), used for inputs and names. */
+static inline uint64_t dptp_mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+/* Reads the whole getrandom(2) entropy into buf. Returns 0 or -errno. */
+int dptp_entropy(void *buf, size_t len);
+
+/* fp16/bf16 <-> float (round to nearest even) live in dtype.h, inline. */
+#include "base/dtype.h"
+
+#endif

@@ -1,0 +1,125 @@
+#include "checks/ctx.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint64_t input_key(uint64_t seed, uint64_t stream)
+{
+	return dptp_mix64(dptp_mix64(seed ^ 0x5eedULL) ^ (stream * 0x9e3779b97f4a7c15ULL + 1));
+}
+
+/* Each 64-bit hash gives 16 values of 4 bits: -4 .. 3.5 in steps of 0.5,
+ * exact in bf16, fp16 and fp32, and sums of a few dozen stay exact. */
+static float value_of(uint64_t key, uint64_t index)
+{
+	uint64_t h = dptp_mix64(key + index / 16);
+	return (float)((int)((h >> (4 * (index % 16))) & 15) - 8) * 0.5f;
+}
+
+float dptp_input_value(uint64_t seed, uint64_t stream, uint64_t index)
+{
+	return value_of(input_key(seed, stream), index);
+}
+
+void dptp_input_fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dptp_dtype dt)
+{
+	uint64_t key = input_key(seed, stream);
+	float tab[16];
+	uint16_t tab16[16];
+	for (int v = 0; v < 16; v++) {
+		tab[v] = (float)(v - 8) * 0.5f;
+		tab16[v] = dt == DPTP_DTYPE_BF16 ? dptp_f32_to_bf16(tab[v]) : dptp_f32_to_f16(tab[v]);
+	}
+	for (size_t base = 0; base < n; base += 16) {
+		uint64_t h = dptp_mix64(key + base / 16);
+		size_t m = n - base < 16 ? n - base : 16;
+		if (dt == DPTP_DTYPE_FP32)
+			for (size_t k = 0; k < m; k++)
+				((float *)p)[base + k] = tab[(h >> (4 * k)) & 15];
+		else
+			for (size_t k = 0; k < m; k++)
+				((uint16_t *)p)[base + k] = tab16[(h >> (4 * k)) & 15];
+	}
+}
+
+int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dptp_params *p,
+		  struct dptp_err *err)
+{
+	memset(c, 0, sizeof(*c));
+	c->b = b;
+	c->p = *p;
+	c->rank = b->rank;
+	DPTP_TRY(dptp_layout_init(&c->layout, b->size, p->dp, p->pp, p->tp, err));
+	c->me = dptp_layout_coord(&c->layout, c->rank);
+	dptp_exchange_init(&c->x, b);
+	c->x.deadline = dptp_now() + p->timeout;
+
+	int world = b->size;
+	c->peers = calloc((size_t)world, sizeof(*c->peers));
+	c->host_of = calloc((size_t)world, sizeof(int));
+	if (!c->peers || !c->host_of)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	if (dptp_group_init(&c->tp, &c->layout, DPTP_GROUP_TP, c->rank) < 0 ||
+	    dptp_group_init(&c->pp, &c->layout, DPTP_GROUP_PP, c->rank) < 0 ||
+	    dptp_group_init(&c->dp, &c->layout, DPTP_GROUP_DP, c->rank) < 0 ||
+	    dptp_group_init(&c->ep, &c->layout, DPTP_GROUP_EP, c->rank) < 0 ||
+	    dptp_group_init(&c->world, &c->layout, DPTP_GROUP_WORLD, c->rank) < 0)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+
+	/* the device this rank uses: its LOCAL_RANK (an index into
+	 * CUDA_VISIBLE_DEVICES when that is set) */
+	struct dptp_peer me = {
+		.local_rank = b->local_rank,
+		.pid = (int32_t)getpid(),
+		.device = b->local_rank,
+	};
+	snprintf(me.hostname, sizeof(me.hostname), "%s", b->hostname);
+	int rc = dptp_xchg_allgather(&c->x, &c->world, &me, sizeof(me), c->peers, err);
+	if (rc < 0) {
+		dptp_err_prefix(err, "learning the peers");
+		return rc;
+	}
+	for (int r = 0; r < world; r++) {
+		c->peers[r].hostname[sizeof(me.hostname) - 1] = 0;
+		int h = -1;
+		for (int q = 0; q < r && h < 0; q++)
+			if (strcmp(c->peers[q].hostname, c->peers[r].hostname) == 0)
+				h = c->host_of[q];
+		if (h < 0)
+			h = c->nhosts++;
+		c->host_of[r] = h;
+		c->peers[r].host = h;
+	}
+
+	/* the data plane moves at most every DP rank's tokens (dispatch) */
+	size_t esz = dptp_dtype_bytes(p->dtype);
+	size_t total_tokens = (size_t)c->layout.dp * (size_t)p->tokens +
+			      (size_t)c->layout.dp * (size_t)(c->layout.dp - 1) / 2;
+	size_t cap = total_tokens * (size_t)p->hidden * esz;
+	if (cap < 65536)
+		cap = 65536;
+	rc = dptp_comm_host_create(&c->comm, &c->x, c->host_of, cap, err);
+	if (rc < 0)
+		dptp_err_prefix(err, "host data plane");
+	return rc;
+}
+
+void dptp_ctx_release(struct dptp_ctx *c)
+{
+	if (!c)
+		return;
+	dptp_comm_destroy(c->comm);
+	c->comm = NULL;
+	dptp_group_release(&c->tp);
+	dptp_group_release(&c->pp);
+	dptp_group_release(&c->dp);
+	dptp_group_release(&c->ep);
+	dptp_group_release(&c->world);
+	free(c->peers);
+	free(c->host_of);
+	c->peers = NULL;
+	c->host_of = NULL;
+}

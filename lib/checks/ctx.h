@@ -1,0 +1,61 @@
+/* Everything a check needs, built once per run by dptp_ctx_init. */
+#ifndef DPTP_LIB_CTX_H
+#define DPTP_LIB_CTX_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "bootstrap/bootstrap.h"
+#include "plane/comm.h"
+#include "base/dtype.h"
+#include "base/fault.h"
+#include "plane/group.h"
+#include "base/layout.h"
+
+struct dptp_params {
+	int dp, pp, tp;          /* 0 = derive */
+	int tokens, hidden;
+	enum dptp_dtype dtype;
+	uint64_t seed;
+	double eps;
+	double timeout;          /* per check, seconds */
+	dptp_fault_set faults;
+	bool cuda;               /* data plane on GPUs */
+};
+
+/* What every rank knows about every other, from one allgather at start. */
+struct dptp_peer {
+	int32_t host;            /* dense host index (ranks sharing memory) */
+	int32_t local_rank;
+	int32_t pid;
+	int32_t device;          /* device this rank would use (-1 unknown) */
+	char hostname[64];
+};
+
+struct dptp_ctx {
+	struct dptp_bootstrap *b;
+	struct dptp_layout layout;
+	struct dptp_params p;
+	struct dptp_coord me;
+	int rank;
+	struct dptp_exchange x;
+	struct dptp_comm *comm;
+	struct dptp_peer *peers;  /* [world] */
+	int *host_of;             /* [world] */
+	int nhosts;
+	struct dptp_group tp, pp, dp, ep, world;
+};
+
+/* Collective. Validates the layout against the world (-EINVAL naming the
+ * numbers), learns the peers, creates the data plane. */
+int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dptp_params *p,
+		  struct dptp_err *err);
+void dptp_ctx_release(struct dptp_ctx *c);
+
+/* Deterministic input of (seed, global rank or replica, index): small
+ * integers and halves that every dtype holds exactly. */
+float dptp_input_value(uint64_t seed, uint64_t stream, uint64_t index);
+/* n values of one stream, indices 0..n-1, stored as dt. */
+void dptp_input_fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dptp_dtype dt);
+
+#endif

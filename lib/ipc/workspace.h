@@ -1,0 +1,67 @@
+/* The fused-allreduce workspace (flashinfer/TRT-LLM style): three Lamport
+ * buffers per rank, each with its own IPC socket, exchanged by passing file
+ * descriptors around the *exchange group* (the TP group when correct) and
+ * mapped by every peer. On the host backend the buffers are memfds. */
+#ifndef DPTP_LIB_WORKSPACE_H
+#define DPTP_LIB_WORKSPACE_H
+
+#include "checks/ctx.h"
+#include "ipc/ipcsock.h"
+
+#define DPTP_WS_NBUF 3
+
+struct dptp_workspace {
+	int rank, size;          /* in the exchange group, as the creator was told */
+	const struct dptp_group *xg;
+	enum dptp_dtype dt;
+	size_t slot_bytes;       /* one peer's contribution */
+	size_t buf_bytes;        /* size * slot_bytes */
+	uint64_t opid;
+	int fds[DPTP_WS_NBUF];
+	void *local[DPTP_WS_NBUF];
+	void **peer[DPTP_WS_NBUF];   /* [size], peer[b][rank] == local[b] */
+	struct dptp_ipcsock socks[DPTP_WS_NBUF];
+	unsigned calls;
+};
+
+/* Draws an opId the fixed way (OS entropy, low 16 bits = global rank, so no
+ * two TP roots of a job and no two jobs collide) or, with the opid-seeded
+ * fault, from an RNG seeded with `seed` as vLLM seeds every worker. */
+uint64_t dptp_opid_draw(const struct dptp_ctx *c);
+
+/* Which device the workspace allocates on and makes current: the current
+ * device (from LOCAL_RANK), or tp_rank under the device-tp-rank fault. */
+int dptp_workspace_device(const struct dptp_ctx *c);
+
+/* Passes one descriptor per socket around xg: for i in 0..size-1: send own
+ * fds to (rank+i)%size, learn who sent, receive from (rank-i)%size. Checks
+ * the sender's payload and kernel credentials against the expected member,
+ * and reports extra or missing descriptors. in_fds[s][j] receive peer j's
+ * descriptor for socket s (-1 when none). Collective (lockstep). Returns 0,
+ * or the first problem (the ring always runs to the end). */
+int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int size,
+		 struct dptp_ipcsock *socks, int nsocks, const int *my_fds, int **in_fds,
+		 struct dptp_err *err);
+
+/* Collective over xg. rank/size are what the caller believes (correct:
+ * xg->index, xg->size). */
+int dptp_workspace_create(struct dptp_workspace *ws, struct dptp_ctx *c,
+			  const struct dptp_group *xg, int rank, int size, size_t slot_bytes,
+			  enum dptp_dtype dt, struct dptp_err *err);
+void dptp_workspace_release(struct dptp_workspace *ws);
+
+/* One-shot Lamport allreduce of x (tokens*hidden) + residual add + RMSNorm *
+ * gamma: residual_out = sum_r x_r + residual_in, norm_out = rmsnorm(
+ * residual_out) * gamma. Sum in fp32 in group-rank order. Spins are bounded
+ * by `deadline` (dptp_now() time): -ETIMEDOUT naming the missing peer. */
+int dptp_workspace_fused_allreduce(struct dptp_workspace *ws, const void *x,
+				   const void *residual_in, const void *gamma,
+				   void *residual_out, void *norm_out, int tokens, int hidden,
+				   float eps, double deadline, struct dptp_err *err);
+
+/* The plain reference: residual_out/norm_out from the already-summed input. */
+void dptp_residual_rmsnorm_ref(const float *sum, const void *residual_in, const void *gamma,
+			       void *residual_out, void *norm_out, int tokens, int hidden,
+			       float eps, enum dptp_dtype dt);
+
+#endif

@@ -1,0 +1,56 @@
+/* The data plane: collectives on buffers among the members of a group,
+ * behind a small vtable. `host` (POSIX shared memory within a host, the
+ * bootstrap across hosts) and `nccl` (communicators from ncclCommSplit).
+ *
+ * Buffers are backend memory: host memory for `host`, device memory for
+ * `nccl`; use alloc/upload/download to move data between them. Like the
+ * exchange backend, every op is collective over the world (lockstep). */
+#ifndef DPTP_LIB_COMM_H
+#define DPTP_LIB_COMM_H
+
+#include <stddef.h>
+
+#include "base/dtype.h"
+#include "plane/group.h"
+
+struct dptp_comm;
+
+struct dptp_comm_ops {
+	const char *name;
+	/* root is a group-local index (NCCL style). */
+	int (*bcast)(struct dptp_comm *c, const struct dptp_group *g, void *buf, size_t bytes,
+		     int root, struct dptp_err *err);
+	int (*allgather)(struct dptp_comm *c, const struct dptp_group *g, const void *send,
+			 void *recv, size_t bytes, struct dptp_err *err);
+	/* Sum in place; fp32 accumulation in group-rank order 0..n-1. */
+	int (*allreduce)(struct dptp_comm *c, const struct dptp_group *g, void *buf, size_t count,
+			 enum dptp_dtype dt, struct dptp_err *err);
+	void *(*alloc)(struct dptp_comm *c, size_t bytes);
+	void (*free)(struct dptp_comm *c, void *p);
+	int (*upload)(struct dptp_comm *c, void *dst, const void *host, size_t bytes);
+	int (*download)(struct dptp_comm *c, void *host, const void *src, size_t bytes);
+	void (*destroy)(struct dptp_comm *c);
+};
+
+struct dptp_comm {
+	const struct dptp_comm_ops *ops;
+	struct dptp_exchange *x;
+	void *impl;
+};
+
+/* host_of[r]: a host index per global rank (ranks with equal values share
+ * memory). capacity: the largest buffer any op will move. Collective. */
+int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const int *host_of,
+			  size_t capacity, struct dptp_err *err);
+void dptp_comm_destroy(struct dptp_comm *c);
+
+/* The exchange backend's buffer broadcast from a group-local root (see
+ * dptp_xchg_bcast_root): the bcast-global-src fault lives here too. */
+int dptp_xchg_bcast_buf(struct dptp_exchange *x, struct dptp_comm *c, const struct dptp_group *g,
+			int root, void *buf, size_t bytes, dptp_fault_set faults, struct dptp_err *err);
+
+/* Sum of n buffers of count elements in rank order, fp32 accumulation,
+ * rounded once to dt. Shared by every backend's reference path. */
+void dptp_reduce_sum(void *out, const void *const *in, int n, size_t count, enum dptp_dtype dt);
+
+#endif

@@ -1,0 +1,261 @@
+/* Host data plane: each rank owns one POSIX shared-memory slot that the
+ * ranks on its host map; a collective copies into the slot, fences, reads the
+ * peers' slots and fences again before the slot is reused. Members on other
+ * hosts are reached through the bootstrap instead. */
+#include "plane/comm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct host_impl {
+	int world, rank;
+	const int *host_of;
+	size_t cap;
+	void **slot;  /* per global rank; NULL when on another host */
+	float *acc;
+};
+
+static bool group_local(const struct host_impl *h, const struct dptp_group *g)
+{
+	int me = h->host_of[h->rank];
+	for (int i = 0; i < g->size; i++)
+		if (h->host_of[g->ranks[i]] != me)
+			return false;
+	return true;
+}
+
+/* Makes every member's contribution readable: returns pointers per group
+ * index in ptrs[], backed by peers' slots or by fetched copies in tmp. */
+static int gather_ptrs(struct dptp_comm *c, const struct dptp_group *g, const void *mine,
+		       size_t bytes, bool want_all, int only, const void **ptrs, void **tmp,
+		       struct dptp_err *err)
+{
+	struct host_impl *h = c->impl;
+	bool local = group_local(h, g);
+	*tmp = NULL;
+	if (bytes > h->cap) {
+		dptp_xchg_round(c->x, NULL, 0, NULL); /* lockstep */
+		return dptp_err_set(err, -E2BIG, "%zu bytes exceed the data-plane capacity %zu", bytes, h->cap);
+	}
+	if (mine && local)
+		memcpy(h->slot[h->rank], mine, bytes);
+	DPTP_TRY(dptp_xchg_round(c->x, local ? NULL : mine, bytes, err));
+	*tmp = NULL;
+	if (!local && !(*tmp = malloc(bytes * (size_t)g->size + 1)))
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	for (int i = 0; i < g->size; i++) {
+		ptrs[i] = NULL;
+		if (!want_all && i != only)
+			continue;
+		int r = g->ranks[i];
+		if (local) {
+			ptrs[i] = h->slot[r];
+		} else if (r == h->rank) {
+			ptrs[i] = mine;
+		} else {
+			void *dst = (char *)*tmp + (size_t)i * bytes;
+			DPTP_TRY(dptp_xchg_fetch(c->x, r, dst, bytes, err));
+			ptrs[i] = dst;
+		}
+	}
+	return 0;
+}
+
+/* Closes an op: when slots were used, no one may write its slot again until
+ * every reader is done. */
+static int finish(struct dptp_comm *c, const struct dptp_group *g, void *tmp, int rc,
+		  struct dptp_err *err)
+{
+	struct host_impl *h = c->impl;
+	free(tmp);
+	struct dptp_err e2 = {0};
+	(void)h;
+	/* always a second round, local or not: every rank must make the same
+	 * number of rounds whatever its group looks like */
+	int rc2 = dptp_xchg_round(c->x, NULL, 0, &e2);
+	if (rc < 0)
+		return rc;
+	if (rc2 < 0) {
+		if (err)
+			*err = e2;
+		return rc2;
+	}
+	return 0;
+}
+
+static int host_bcast(struct dptp_comm *c, const struct dptp_group *g, void *buf, size_t bytes,
+		      int root, struct dptp_err *err)
+{
+	const void **ptrs = calloc((size_t)g->size, sizeof(*ptrs));
+	void *tmp = NULL;
+	if (!ptrs)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	int rc;
+	if (root < 0 || root >= g->size) {
+		/* keep lockstep, then refuse */
+		dptp_xchg_round(c->x, NULL, 0, NULL);
+		char s[256];
+		dptp_group_format(g, s, sizeof(s));
+		rc = dptp_err_set(err, -EINVAL, "root %d is out of range for group %s", root, s);
+	} else {
+		bool am_root = g->ranks[root] == ((struct host_impl *)c->impl)->rank;
+		rc = gather_ptrs(c, g, am_root ? buf : NULL, bytes, false, root, ptrs, &tmp, err);
+		if (rc == 0 && !am_root)
+			memcpy(buf, ptrs[root], bytes);
+	}
+	free(ptrs);
+	return finish(c, g, tmp, rc, err);
+}
+
+static int host_allgather(struct dptp_comm *c, const struct dptp_group *g, const void *send,
+			  void *recv, size_t bytes, struct dptp_err *err)
+{
+	const void **ptrs = calloc((size_t)g->size, sizeof(*ptrs));
+	void *tmp = NULL;
+	if (!ptrs)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	int rc = gather_ptrs(c, g, send, bytes, true, -1, ptrs, &tmp, err);
+	for (int i = 0; rc == 0 && i < g->size; i++)
+		memcpy((char *)recv + (size_t)i * bytes, ptrs[i], bytes);
+	free(ptrs);
+	return finish(c, g, tmp, rc, err);
+}
+
+static int host_allreduce(struct dptp_comm *c, const struct dptp_group *g, void *buf,
+			  size_t count, enum dptp_dtype dt, struct dptp_err *err)
+{
+	size_t bytes = count * dptp_dtype_bytes(dt);
+	const void **ptrs = calloc((size_t)g->size, sizeof(*ptrs));
+	void *tmp = NULL;
+	if (!ptrs)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	int rc = gather_ptrs(c, g, buf, bytes, true, -1, ptrs, &tmp, err);
+	if (rc == 0)
+		dptp_reduce_sum(buf, (const void *const *)ptrs, g->size, count, dt);
+	free(ptrs);
+	return finish(c, g, tmp, rc, err);
+}
+
+static void *host_alloc(struct dptp_comm *c, size_t bytes) { return malloc(bytes ? bytes : 1); }
+static void host_free(struct dptp_comm *c, void *p) { free(p); }
+static int host_copy(struct dptp_comm *c, void *dst, const void *src, size_t bytes)
+{
+	memcpy(dst, src, bytes);
+	return 0;
+}
+
+static void host_destroy(struct dptp_comm *c)
+{
+	if (!c)
+		return;
+	struct host_impl *h = c->impl;
+	if (h) {
+		for (int r = 0; r < h->world; r++)
+			if (h->slot && h->slot[r])
+				munmap(h->slot[r], h->cap);
+		free(h->slot);
+		free(h);
+	}
+	free(c);
+}
+
+static const struct dptp_comm_ops host_ops = {
+	.name = "host",
+	.bcast = host_bcast,
+	.allgather = host_allgather,
+	.allreduce = host_allreduce,
+	.alloc = host_alloc,
+	.free = host_free,
+	.upload = host_copy,
+	.download = host_copy,
+	.destroy = host_destroy,
+};
+
+static void shm_name(char *buf, size_t n, const char *job, int rank)
+{
+	/* the job id (PMIx namespace, run id) makes two jobs on a host distinct */
+	uint64_t hsh = 1469598103934665603ULL;
+	for (const char *p = job; *p; p++)
+		hsh = (hsh ^ (unsigned char)*p) * 1099511628211ULL;
+	snprintf(buf, n, "/dptp-%016llx-%d", (unsigned long long)hsh, rank);
+}
+
+int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const int *host_of,
+			  size_t capacity, struct dptp_err *err)
+{
+	struct dptp_bootstrap *b = x->b;
+	struct dptp_comm *c = calloc(1, sizeof(*c));
+	struct host_impl *h = calloc(1, sizeof(*h));
+	int rc = 0;
+	char name[128];
+	if (!c || !h || !(h->slot = calloc((size_t)b->size, sizeof(void *)))) {
+		free(c);
+		if (h)
+			free(h->slot);
+		free(h);
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	}
+	c->ops = &host_ops;
+	c->x = x;
+	c->impl = h;
+	h->world = b->size;
+	h->rank = b->rank;
+	h->host_of = host_of;
+	h->cap = (capacity + 4095) & ~(size_t)4095;
+	if (!h->cap)
+		h->cap = 4096;
+
+	shm_name(name, sizeof(name), b->job_id, b->rank);
+	int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0) {
+		rc = dptp_err_set(err, -errno, "shm_open('%s'): %s", name, strerror(errno));
+	} else if (ftruncate(fd, (off_t)h->cap) < 0) {
+		rc = dptp_err_set(err, -errno, "ftruncate('%s', %zu): %s", name, h->cap, strerror(errno));
+	} else {
+		h->slot[b->rank] = mmap(NULL, h->cap, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (h->slot[b->rank] == MAP_FAILED) {
+			h->slot[b->rank] = NULL;
+			rc = dptp_err_set(err, -errno, "mmap('%s'): %s", name, strerror(errno));
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	/* everyone has created its slot (or failed): map the local peers' */
+	int rc2 = dptp_xchg_round(x, NULL, 0, rc < 0 ? NULL : err);
+	if (rc == 0 && rc2 < 0)
+		rc = rc2;
+	for (int r = 0; rc == 0 && r < b->size; r++) {
+		if (r == b->rank || host_of[r] != host_of[b->rank])
+			continue;
+		char pn[128];
+		shm_name(pn, sizeof(pn), b->job_id, r);
+		int pfd = shm_open(pn, O_RDWR, 0600);
+		if (pfd < 0) {
+			rc = dptp_err_set(err, -errno, "shm_open('%s') of rank %d: %s", pn, r, strerror(errno));
+			break;
+		}
+		h->slot[r] = mmap(NULL, h->cap, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+		close(pfd);
+		if (h->slot[r] == MAP_FAILED) {
+			h->slot[r] = NULL;
+			rc = dptp_err_set(err, -errno, "mmap of rank %d's slot: %s", r, strerror(errno));
+		}
+	}
+	/* everyone has mapped: the names can go, nothing is left behind */
+	rc2 = dptp_xchg_round(x, NULL, 0, rc < 0 ? NULL : err);
+	shm_unlink(name);
+	if (rc == 0 && rc2 < 0)
+		rc = rc2;
+	if (rc < 0) {
+		host_destroy(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+

@@ -1,0 +1,154 @@
+#include "plane/group.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dptp_group_init(struct dptp_group *g, const struct dptp_layout *l,
+		    enum dptp_group_kind kind, int rank)
+{
+	memset(g, 0, sizeof(*g));
+	g->ranks = calloc((size_t)l->world, sizeof(int));
+	if (!g->ranks)
+		return -ENOMEM;
+	g->kind = kind;
+	g->size = dptp_layout_group(l, kind, rank, g->ranks, &g->index);
+	return 0;
+}
+
+void dptp_group_release(struct dptp_group *g)
+{
+	if (!g)
+		return;
+	free(g->ranks);
+	g->ranks = NULL;
+	g->size = 0;
+}
+
+int dptp_group_to_global(const struct dptp_group *g, int local, struct dptp_err *err)
+{
+	if (local < 0 || local >= g->size) {
+		char s[256];
+		dptp_group_format(g, s, sizeof(s));
+		return dptp_err_set(err, -EINVAL, "group rank %d is out of range for group %s", local, s);
+	}
+	return g->ranks[local];
+}
+
+int dptp_group_index_of(const struct dptp_group *g, int global)
+{
+	for (int i = 0; i < g->size; i++)
+		if (g->ranks[i] == global)
+			return i;
+	return -1;
+}
+
+void dptp_group_format(const struct dptp_group *g, char *buf, size_t n)
+{
+	size_t off = 0;
+	off += (size_t)snprintf(buf + off, n - off, "[");
+	for (int i = 0; i < g->size && off < n; i++) {
+		if (i == 8 && g->size > 10) {
+			off += (size_t)snprintf(buf + off, n - off, ", ..., %d", g->ranks[g->size - 1]);
+			break;
+		}
+		off += (size_t)snprintf(buf + off, n - off, "%s%d", i ? ", " : "", g->ranks[i]);
+	}
+	if (off < n)
+		snprintf(buf + off, n - off, "]");
+}
+
+void dptp_exchange_init(struct dptp_exchange *x, struct dptp_bootstrap *b)
+{
+	memset(x, 0, sizeof(*x));
+	x->b = b;
+	x->deadline = dptp_now() + 3600;
+}
+
+static void key_of(char *key, size_t n, uint64_t seq)
+{
+	snprintf(key, n, "dptp.x.%llu", (unsigned long long)seq);
+}
+
+int dptp_xchg_round(struct dptp_exchange *x, const void *mine, size_t len, struct dptp_err *err)
+{
+	x->seq++;
+	if (x->broken)
+		return dptp_err_set(err, -ETIMEDOUT, "not attempted: an earlier collective timed out");
+	if (mine) {
+		char key[64];
+		key_of(key, sizeof(key), x->seq);
+		DPTP_TRY(dptp_bootstrap_put(x->b, key, mine, len, err));
+	}
+	int rc = dptp_bootstrap_fence(x->b, x->deadline - dptp_now(), err);
+	if (rc == -ETIMEDOUT)
+		x->broken = true;
+	return rc;
+}
+
+int dptp_xchg_fetch(struct dptp_exchange *x, int rank, void *out, size_t len, struct dptp_err *err)
+{
+	char key[64];
+	key_of(key, sizeof(key), x->seq);
+	void *data = NULL;
+	size_t n = 0;
+	DPTP_TRY(dptp_bootstrap_get(x->b, rank, key, &data, &n, x->deadline - dptp_now(), err));
+	if (n != len) {
+		free(data);
+		return dptp_err_set(err, -EPROTO, "rank %d sent %zu bytes, expected %zu", rank, n, len);
+	}
+	memcpy(out, data, len);
+	free(data);
+	return 0;
+}
+
+int dptp_xchg_bcast(struct dptp_exchange *x, const struct dptp_group *g, int src_global,
+		    void *buf, size_t len, struct dptp_err *err)
+{
+	int me = x->b->rank;
+	int member = dptp_group_index_of(g, src_global) >= 0;
+	/* stay in lockstep: every rank takes part in the round, even when its
+	 * own call is refused */
+	int rc = dptp_xchg_round(x, member && src_global == me ? buf : NULL, len, err);
+	if (!member) {
+		char s[256];
+		dptp_group_format(g, s, sizeof(s));
+		return dptp_err_set(err, -EINVAL, "global rank %d is not part of group %s", src_global, s);
+	}
+	if (rc < 0)
+		return rc;
+	if (src_global == me)
+		return 0;
+	return dptp_xchg_fetch(x, src_global, buf, len, err);
+}
+
+int dptp_xchg_bcast_root(struct dptp_exchange *x, const struct dptp_group *g, int root,
+			 void *buf, size_t len, dptp_fault_set faults, struct dptp_err *err)
+{
+	int src;
+	if (dptp_fault_on(faults, DPTP_FAULT_BCAST_GLOBAL_SRC))
+		src = root; /* bug 2: the group-local root handed over as a global rank */
+	else
+		src = g->ranks[root >= 0 && root < g->size ? root : 0];
+	return dptp_xchg_bcast(x, g, src, buf, len, err);
+}
+
+int dptp_xchg_allgather(struct dptp_exchange *x, const struct dptp_group *g,
+			const void *mine, size_t len, void *out, struct dptp_err *err)
+{
+	DPTP_TRY(dptp_xchg_round(x, mine, len, err));
+	unsigned char *o = out;
+	for (int i = 0; i < g->size; i++) {
+		if (g->ranks[i] == x->b->rank)
+			memcpy(o + (size_t)i * len, mine, len);
+		else
+			DPTP_TRY(dptp_xchg_fetch(x, g->ranks[i], o + (size_t)i * len, len, err));
+	}
+	return 0;
+}
+
+int dptp_xchg_barrier(struct dptp_exchange *x, const struct dptp_group *g, struct dptp_err *err)
+{
+	return dptp_xchg_round(x, NULL, 0, err);
+}

@@ -1,0 +1,69 @@
+/* Process groups and the two layers the bugs live in.
+ *
+ * The *coordinator* (vLLM's GroupCoordinator) holds a group and converts a
+ * group-local root to a global rank with dptp_group_to_global().
+ *
+ * The *exchange backend* (flashinfer's CommBackend) moves small objects over
+ * a group on the bootstrap: bcast, allgather, barrier. Its bcast is
+ * torch-style: it takes a GLOBAL source rank and refuses one that is not a
+ * member ("global rank 0 is not part of group [2, 3]").
+ *
+ * Every exchange op is collective over the whole world underneath (one
+ * world fence), so ranks must call them in lockstep: the same sequence of
+ * ops on every rank, whatever group each rank passes. */
+#ifndef DPTP_LIB_GROUP_H
+#define DPTP_LIB_GROUP_H
+
+#include <stdbool.h>
+
+#include "bootstrap/bootstrap.h"
+#include "base/fault.h"
+#include "base/layout.h"
+
+struct dptp_group {
+	enum dptp_group_kind kind;
+	int size;
+	int *ranks;  /* owned, group order */
+	int index;   /* this rank's index, -1 if not a member */
+};
+
+/* The group of `kind` that `rank` belongs to. Release with _release. */
+int dptp_group_init(struct dptp_group *g, const struct dptp_layout *l,
+		    enum dptp_group_kind kind, int rank);
+void dptp_group_release(struct dptp_group *g);
+
+/* Group-local index -> global rank; -EINVAL with a message when out of range. */
+int dptp_group_to_global(const struct dptp_group *g, int local, struct dptp_err *err);
+/* Global rank -> group index, or -1. */
+int dptp_group_index_of(const struct dptp_group *g, int global);
+/* "[2, 3]" */
+void dptp_group_format(const struct dptp_group *g, char *buf, size_t n);
+
+struct dptp_exchange {
+	struct dptp_bootstrap *b;
+	uint64_t seq;
+	double deadline;  /* absolute dptp_now() time; ops fail with -ETIMEDOUT after it */
+	bool broken;      /* a fence timed out: lockstep is lost, later ops fail fast */
+};
+
+void dptp_exchange_init(struct dptp_exchange *x, struct dptp_bootstrap *b);
+
+/* Torch-style broadcast of len bytes from global rank src to the members of g. */
+int dptp_xchg_bcast(struct dptp_exchange *x, const struct dptp_group *g, int src_global,
+		    void *buf, size_t len, struct dptp_err *err);
+/* flashinfer-style broadcast from a group-local root. Converts the root with
+ * dptp_group_to_global() — unless the bcast-global-src fault is on, in which
+ * case it passes root as the global rank, as the real bug did. */
+int dptp_xchg_bcast_root(struct dptp_exchange *x, const struct dptp_group *g, int root,
+			 void *buf, size_t len, dptp_fault_set faults, struct dptp_err *err);
+/* out receives g->size * len bytes in group order. */
+int dptp_xchg_allgather(struct dptp_exchange *x, const struct dptp_group *g,
+			const void *mine, size_t len, void *out, struct dptp_err *err);
+int dptp_xchg_barrier(struct dptp_exchange *x, const struct dptp_group *g, struct dptp_err *err);
+
+/* Lower level, for the data plane: stage a blob for this round, fence, and
+ * fetch a peer's blob of the same round. */
+int dptp_xchg_round(struct dptp_exchange *x, const void *mine, size_t len, struct dptp_err *err);
+int dptp_xchg_fetch(struct dptp_exchange *x, int rank, void *out, size_t len, struct dptp_err *err);
+
+#endif

@@ -1,0 +1,238 @@
+#include "report/gather.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct wire {
+	char name[32];
+	int32_t status;
+	uint32_t detail_len;
+	double seconds;
+};
+
+int dptp_results_pack(const struct dptp_check_result *res, size_t nres, void **out, size_t *len)
+{
+	size_t n = sizeof(uint32_t);
+	for (size_t i = 0; i < nres; i++)
+		n += sizeof(struct wire) + (res[i].detail ? strlen(res[i].detail) : 0);
+	unsigned char *p = malloc(n), *q = p;
+	if (!p)
+		return -ENOMEM;
+	uint32_t cnt = (uint32_t)nres;
+	memcpy(q, &cnt, sizeof(cnt));
+	q += sizeof(cnt);
+	for (size_t i = 0; i < nres; i++) {
+		struct wire w = {0};
+		snprintf(w.name, sizeof(w.name), "%s", res[i].name);
+		w.status = (int32_t)res[i].status;
+		w.seconds = res[i].seconds;
+		w.detail_len = res[i].detail ? (uint32_t)strlen(res[i].detail) : 0;
+		memcpy(q, &w, sizeof(w));
+		q += sizeof(w);
+		memcpy(q, res[i].detail ? res[i].detail : "", w.detail_len);
+		q += w.detail_len;
+	}
+	*out = p;
+	*len = n;
+	return 0;
+}
+
+int dptp_results_unpack(const void *buf, size_t len, struct dptp_check_result *res, size_t nres)
+{
+	const unsigned char *p = buf, *end = p + len;
+	uint32_t cnt;
+	size_t i = 0;
+	if (len < sizeof(cnt))
+		return -EPROTO;
+	memcpy(&cnt, p, sizeof(cnt));
+	p += sizeof(cnt);
+	if (cnt != nres)
+		return -EPROTO;
+	for (i = 0; i < nres; i++) {
+		struct wire w;
+		if ((size_t)(end - p) < sizeof(w))
+			goto bad;
+		memcpy(&w, p, sizeof(w));
+		p += sizeof(w);
+		if ((size_t)(end - p) < w.detail_len || w.status < DPTP_SKIP || w.status > DPTP_TIMEOUT)
+			goto bad;
+		memset(&res[i], 0, sizeof(res[i]));
+		memcpy(res[i].name, w.name, sizeof(res[i].name) - 1);
+		res[i].status = (enum dptp_status)w.status;
+		res[i].seconds = w.seconds;
+		res[i].detail = malloc((size_t)w.detail_len + 1); /* not NUL-terminated on the wire */
+		if (!res[i].detail)
+			goto bad;
+		memcpy(res[i].detail, p, w.detail_len);
+		res[i].detail[w.detail_len] = 0;
+		p += w.detail_len;
+	}
+	return 0;
+bad:
+	/* nothing half-filled is left to the caller */
+	while (i-- > 0) {
+		free(res[i].detail);
+		res[i].detail = NULL;
+	}
+	return -EPROTO;
+}
+
+static void append(char **s, size_t *len, size_t *cap, const char *t)
+{
+	size_t n = strlen(t);
+	if (*len + n + 1 > *cap) {
+		size_t nc = (*cap ? *cap * 2 : 256);
+		while (nc < *len + n + 1)
+			nc *= 2;
+		char *ns = realloc(*s, nc);
+		if (!ns)
+			return;
+		*s = ns;
+		*cap = nc;
+	}
+	memcpy(*s + *len, t, n + 1);
+	*len += n;
+}
+
+int dptp_results_merge(const struct dptp_layout *l, struct dptp_check_result *const *rows,
+		       size_t nres, struct dptp_report *r)
+{
+	r->nreplicas = (size_t)l->dp;
+	r->replicas = calloc((size_t)l->dp, sizeof(*r->replicas));
+	if (!r->replicas)
+		return -ENOMEM;
+	int per = l->world / l->dp;
+	for (int d = 0; d < l->dp; d++) {
+		struct dptp_replica_result *rep = &r->replicas[d];
+		rep->dp = d;
+		rep->nranks = per;
+		rep->ranks = calloc((size_t)per, sizeof(int));
+		rep->checks = calloc(nres ? nres : 1, sizeof(*rep->checks));
+		if (!rep->ranks || !rep->checks)
+			return -ENOMEM;
+		rep->nchecks = nres;
+		for (int i = 0; i < per; i++)
+			rep->ranks[i] = d * per + i; /* replica d = ranks with dp index d */
+		rep->status = DPTP_SKIP;
+		bool any = false;
+		for (size_t k = 0; k < nres; k++) {
+			struct dptp_check_result *out = &rep->checks[k];
+			enum dptp_status worst = DPTP_SKIP;
+			bool first = true;
+			for (int i = 0; i < per; i++) {
+				const struct dptp_check_result *x = &rows[rep->ranks[i]][k];
+				if (first) {
+					memcpy(out->name, x->name, sizeof(out->name));
+					worst = x->status;
+					first = false;
+				} else {
+					worst = dptp_status_worst(worst, x->status);
+				}
+				if (x->seconds > out->seconds)
+					out->seconds = x->seconds;
+			}
+			out->status = worst;
+			/* the detail: the ranks that gave the verdict, each once */
+			char *s = NULL;
+			size_t len = 0, cap = 0;
+			for (int i = 0; i < per; i++) {
+				const struct dptp_check_result *x = &rows[rep->ranks[i]][k];
+				if (x->status != worst || !x->detail || !*x->detail)
+					continue;
+				if (worst <= DPTP_PASS && len) /* pass/skip: one rank's words suffice */
+					break;
+				char pre[32];
+				snprintf(pre, sizeof(pre), "%srank %d: ", len ? "; " : "", rep->ranks[i]);
+				append(&s, &len, &cap, pre);
+				append(&s, &len, &cap, x->detail);
+			}
+			out->detail = s ? s : strdup("");
+			if (!any) {
+				rep->status = worst;
+				any = true;
+			} else {
+				rep->status = dptp_status_worst(rep->status, worst);
+			}
+		}
+	}
+	return 0;
+}
+
+int dptp_fetch_published(struct dptp_bootstrap *b, int rank, const char *key, double deadline,
+			 void **data, size_t *len, struct dptp_err *err)
+{
+	/* some PMIx servers answer "not found" at once for a key that is not
+	 * committed yet, others wait: ask again until the deadline */
+	for (;;) {
+		double left = deadline - dptp_now();
+		int rc = dptp_bootstrap_get(b, rank, key, data, len, left > 0.01 ? left : 0.01, err);
+		if (rc != -ENOENT || dptp_now() >= deadline)
+			return rc;
+		struct timespec ts = { 0, 2000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+int dptp_gather_results(struct dptp_ctx *c, const struct dptp_check_result *res, size_t nres,
+			double timeout, struct dptp_report *r, struct dptp_err *err)
+{
+	int world = c->layout.world, rc = 0;
+	void *mine = NULL;
+	size_t mlen = 0;
+	if (dptp_results_pack(res, nres, &mine, &mlen) < 0)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	/* no fence: a rank that stopped mid-collective must not keep rank 0
+	 * from reporting the others; each rank publishes, rank 0 fetches */
+	rc = dptp_bootstrap_publish(c->b, "dptp.results", mine, mlen, err);
+	if (c->rank != 0) {
+		free(mine);
+		return rc;
+	}
+	double deadline = dptp_now() + timeout;
+	struct dptp_check_result **rows = calloc((size_t)world, sizeof(*rows));
+	int missing = 0;
+	for (int q = 0; rows && q < world; q++) {
+		rows[q] = calloc(nres ? nres : 1, sizeof(**rows));
+		if (!rows[q])
+			continue;
+		int got = -1;
+		if (q == 0) {
+			got = dptp_results_unpack(mine, mlen, rows[q], nres);
+		} else {
+			void *data = NULL;
+			size_t len = 0;
+			struct dptp_err e = {0};
+			int grc = dptp_fetch_published(c->b, q, "dptp.results", deadline, &data, &len, &e);
+			if (grc == 0)
+				got = dptp_results_unpack(data, len, rows[q], nres);
+			free(data);
+		}
+		if (got < 0) {
+			missing++;
+			for (size_t k = 0; k < nres; k++) {
+				free(rows[q][k].detail);
+				memcpy(rows[q][k].name, res[k].name, sizeof(res[k].name));
+				rows[q][k].status = DPTP_TIMEOUT;
+				rows[q][k].seconds = 0;
+				rows[q][k].detail = strdup("no result from this rank: it never reported (stopped, or stuck in a collective)");
+			}
+		}
+	}
+	if (!rows)
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+	else if (dptp_results_merge(&c->layout, rows, nres, r) < 0)
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+	else if (missing)
+		rc = dptp_err_set(err, -ETIMEDOUT, "%d of %d ranks never reported", missing, world);
+	for (int q = 0; rows && q < world; q++) {
+		for (size_t k = 0; rows[q] && k < nres; k++)
+			free(rows[q][k].detail);
+		free(rows[q]);
+	}
+	free(rows);
+	free(mine);
+	return rc;
+}

@@ -1,0 +1,1051 @@
+/* TCPStore server: one poll(2) loop, one flat namespace, many clients.
+ * Frames are cut by dptp_tcpstore_scan_request() before they are decoded, so
+ * the decoder below never reads past a frame. */
+#include "wire/tcpstore.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define READ_CHUNK (64u * 1024u)
+#define READS_PER_STEP 16
+#define ACCEPTS_PER_STEP 64
+
+/* ---- hash map of byte-string keys ------------------------------------------ */
+
+struct qitem {
+	struct qitem *next;
+	size_t len;
+	uint8_t data[];
+};
+
+struct entry {
+	struct entry *next;
+	uint64_t hash;
+	uint8_t *key;
+	size_t klen;
+	uint8_t *val;       /* kv map */
+	size_t vlen;
+	struct qitem *qhead, *qtail; /* queue map */
+	size_t qlen;
+};
+
+struct map {
+	struct entry **b;
+	size_t nb;
+	size_t n;
+};
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+static struct entry *map_find(const struct map *m, const uint8_t *k, size_t kl)
+{
+	if (!m->nb)
+		return NULL;
+	uint64_t h = hash_bytes(k, kl);
+	for (struct entry *e = m->b[h & (m->nb - 1)]; e; e = e->next)
+		if (e->hash == h && e->klen == kl && memcmp(e->key, k, kl) == 0)
+			return e;
+	return NULL;
+}
+
+static int map_grow(struct map *m)
+{
+	size_t nb = m->nb ? m->nb * 2 : 64;
+	struct entry **b = calloc(nb, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->nb; i++) {
+		struct entry *e = m->b[i];
+		while (e) {
+			struct entry *next = e->next;
+			e->next = b[e->hash & (nb - 1)];
+			b[e->hash & (nb - 1)] = e;
+			e = next;
+		}
+	}
+	free(m->b);
+	m->b = b;
+	m->nb = nb;
+	return 0;
+}
+
+/* Finds or creates (with an empty value). NULL when out of memory. */
+static struct entry *map_get(struct map *m, const uint8_t *k, size_t kl)
+{
+	struct entry *e = map_find(m, k, kl);
+	if (e)
+		return e;
+	if (m->n >= m->nb && map_grow(m) < 0)
+		return NULL;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->key = malloc(kl ? kl : 1);
+	if (!e->key) {
+		free(e);
+		return NULL;
+	}
+	memcpy(e->key, k, kl);
+	e->klen = kl;
+	e->hash = hash_bytes(k, kl);
+	e->next = m->b[e->hash & (m->nb - 1)];
+	m->b[e->hash & (m->nb - 1)] = e;
+	m->n++;
+	return e;
+}
+
+static void entry_free(struct entry *e)
+{
+	struct qitem *q = e->qhead;
+	while (q) {
+		struct qitem *next = q->next;
+		free(q);
+		q = next;
+	}
+	free(e->key);
+	free(e->val);
+	free(e);
+}
+
+static bool map_del(struct map *m, const uint8_t *k, size_t kl)
+{
+	if (!m->nb)
+		return false;
+	uint64_t h = hash_bytes(k, kl);
+	for (struct entry **pp = &m->b[h & (m->nb - 1)]; *pp; pp = &(*pp)->next) {
+		struct entry *e = *pp;
+		if (e->hash == h && e->klen == kl && memcmp(e->key, k, kl) == 0) {
+			*pp = e->next;
+			entry_free(e);
+			m->n--;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void map_clear(struct map *m)
+{
+	for (size_t i = 0; i < m->nb; i++) {
+		struct entry *e = m->b[i];
+		while (e) {
+			struct entry *next = e->next;
+			entry_free(e);
+			e = next;
+		}
+	}
+	free(m->b);
+	memset(m, 0, sizeof(*m));
+}
+
+/* ---- connections ----------------------------------------------------------- */
+
+struct conn {
+	int fd;
+	bool dead;
+	bool validated;
+	uint8_t *in;
+	size_t inlen, incap, need;
+	uint8_t *out;
+	size_t outoff, outlen, outcap;
+	/* pending WAIT: a copy of the frame's key list (u64 n, n x string) */
+	uint8_t *wait;
+	size_t waitlen;
+	struct conn *wprev, *wnext;
+	bool waiting;
+};
+
+struct dptp_tcpstore_server {
+	int lfd;
+	int wakefd;
+	uint16_t port;
+	size_t max_client_bytes;
+	struct dptp_tcpstore_limits lim;
+	struct map kv;
+	struct map queues;
+	struct conn **conns;
+	size_t nconns, capconns;
+	struct conn *whead, *wtail; /* waiters, in arrival order */
+	double accept_pause_until;
+	struct pollfd *pfds;
+	size_t npfds;
+	/* thread */
+	pthread_t thread;
+	bool running;
+	int stop; /* __atomic */
+	/* counters (__atomic) */
+	size_t st_clients, st_buffered, st_keys, st_rejected;
+	size_t buffered;
+};
+
+static void stat_set(size_t *p, size_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+
+static size_t stat_get(const size_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static size_t conn_bytes(const struct conn *c)
+{
+	return c->incap + c->outcap + c->waitlen;
+}
+
+static void waiter_unlink(struct dptp_tcpstore_server *s, struct conn *c)
+{
+	if (!c->waiting)
+		return;
+	if (c->wprev)
+		c->wprev->wnext = c->wnext;
+	else
+		s->whead = c->wnext;
+	if (c->wnext)
+		c->wnext->wprev = c->wprev;
+	else
+		s->wtail = c->wprev;
+	c->wprev = c->wnext = NULL;
+	c->waiting = false;
+	s->buffered -= c->waitlen;
+	free(c->wait);
+	c->wait = NULL;
+	c->waitlen = 0;
+}
+
+static void conn_kill(struct dptp_tcpstore_server *s, struct conn *c, bool rejected)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	waiter_unlink(s, c);
+	if (rejected)
+		stat_set(&s->st_rejected, stat_get(&s->st_rejected) + 1);
+}
+
+static void conn_free(struct dptp_tcpstore_server *s, struct conn *c)
+{
+	waiter_unlink(s, c);
+	s->buffered -= c->incap + c->outcap;
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->in);
+	free(c->out);
+	free(c);
+}
+
+/* Reserves n more output bytes; kills the connection past the limit. */
+static uint8_t *out_reserve(struct dptp_tcpstore_server *s, struct conn *c, size_t n)
+{
+	if (c->dead)
+		return NULL;
+	if (c->outoff && c->outoff == c->outlen)
+		c->outoff = c->outlen = 0;
+	if (c->outlen + n > c->outcap) {
+		if (c->outoff) {
+			memmove(c->out, c->out + c->outoff, c->outlen - c->outoff);
+			c->outlen -= c->outoff;
+			c->outoff = 0;
+		}
+	}
+	if (c->outlen + n > c->outcap) {
+		size_t cap = c->outcap ? c->outcap : 256;
+		while (cap < c->outlen + n)
+			cap *= 2;
+		if (cap - c->outcap + conn_bytes(c) > s->max_client_bytes) {
+			/* the client does not read its replies, or asked for too much */
+			conn_kill(s, c, true);
+			return NULL;
+		}
+		uint8_t *no = realloc(c->out, cap);
+		if (!no) {
+			conn_kill(s, c, true);
+			return NULL;
+		}
+		s->buffered += cap - c->outcap;
+		c->out = no;
+		c->outcap = cap;
+	}
+	uint8_t *p = c->out + c->outlen;
+	c->outlen += n;
+	return p;
+}
+
+static void out_bytes(struct dptp_tcpstore_server *s, struct conn *c, const void *p, size_t n)
+{
+	uint8_t *d = out_reserve(s, c, n);
+	if (d && n)
+		memcpy(d, p, n);
+}
+
+static void out_u8(struct dptp_tcpstore_server *s, struct conn *c, uint8_t v)
+{
+	out_bytes(s, c, &v, 1);
+}
+
+static void out_u64(struct dptp_tcpstore_server *s, struct conn *c, uint64_t v)
+{
+	uint8_t b[8];
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+	out_bytes(s, c, b, 8);
+}
+
+static void out_str(struct dptp_tcpstore_server *s, struct conn *c, const void *p, size_t n)
+{
+	out_u64(s, c, n);
+	out_bytes(s, c, p, n);
+}
+
+/* ---- frame decoding (the frame is known complete and within limits) --------- */
+
+struct rd {
+	const uint8_t *p;
+	size_t off;
+};
+
+static uint64_t rd_u64(struct rd *r)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | r->p[r->off + (size_t)i];
+	r->off += 8;
+	return v;
+}
+
+static const uint8_t *rd_str(struct rd *r, size_t *len)
+{
+	*len = (size_t)rd_u64(r);
+	const uint8_t *p = r->p + r->off;
+	r->off += *len;
+	return p;
+}
+
+/* ---- store semantics ----------------------------------------------------------- */
+
+static bool key_present(const struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl)
+{
+	if (map_find(&s->kv, k, kl))
+		return true;
+	const struct entry *q = map_find(&s->queues, k, kl);
+	return q && q->qlen > 0;
+}
+
+/* Walks a key list (u64 n, n x string): all present? */
+static bool keys_present(const struct dptp_tcpstore_server *s, const uint8_t *list)
+{
+	struct rd r = {.p = list};
+	uint64_t n = rd_u64(&r);
+	for (uint64_t i = 0; i < n; i++) {
+		size_t kl;
+		const uint8_t *k = rd_str(&r, &kl);
+		if (!key_present(s, k, kl))
+			return false;
+	}
+	return true;
+}
+
+static bool keys_contain(const uint8_t *list, const uint8_t *key, size_t klen)
+{
+	struct rd r = {.p = list};
+	uint64_t n = rd_u64(&r);
+	for (uint64_t i = 0; i < n; i++) {
+		size_t kl;
+		const uint8_t *k = rd_str(&r, &kl);
+		if (kl == klen && memcmp(k, key, kl) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void wake(struct dptp_tcpstore_server *s, struct conn *c)
+{
+	waiter_unlink(s, c);
+	out_u8(s, c, DPTP_TCPSTORE_STOP_WAITING);
+}
+
+/* After a write: every waiter whose keys are all present is answered. */
+static void wake_all_ready(struct dptp_tcpstore_server *s)
+{
+	struct conn *c = s->whead;
+	while (c) {
+		struct conn *next = c->wnext;
+		if (keys_present(s, c->wait))
+			wake(s, c);
+		c = next;
+	}
+}
+
+/* After a queue push: the oldest waiter on that key whose keys are present. */
+static void wake_one_on(struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl)
+{
+	for (struct conn *c = s->whead; c; c = c->wnext) {
+		if (keys_contain(c->wait, k, kl) && keys_present(s, c->wait)) {
+			wake(s, c);
+			return;
+		}
+	}
+}
+
+static int kv_set(struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl,
+		  const uint8_t *v, size_t vl)
+{
+	struct entry *e = map_get(&s->kv, k, kl);
+	if (!e)
+		return -ENOMEM;
+	uint8_t *nv = malloc(vl ? vl : 1);
+	if (!nv)
+		return -ENOMEM;
+	memcpy(nv, v, vl);
+	free(e->val);
+	e->val = nv;
+	e->vlen = vl;
+	return 0;
+}
+
+/* Parses a stored ADD value like std::stoll: optional blanks, sign, digits. */
+static int parse_i64(const uint8_t *p, size_t n, int64_t *out)
+{
+	char buf[32];
+	if (n >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, p, n);
+	buf[n] = 0;
+	char *end = NULL;
+	errno = 0;
+	long long v = strtoll(buf, &end, 10);
+	if (end == buf || errno == ERANGE)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int cmp_keys(const void *a, const void *b)
+{
+	const struct entry *x = *(const struct entry *const *)a;
+	const struct entry *y = *(const struct entry *const *)b;
+	size_t n = x->klen < y->klen ? x->klen : y->klen;
+	int r = memcmp(x->key, y->key, n);
+	if (r)
+		return r;
+	return x->klen < y->klen ? -1 : x->klen > y->klen;
+}
+
+/* Handles one complete frame. Returns 0, or <0 to close the connection. */
+static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	struct rd r = {.p = f, .off = 1};
+	uint8_t op = f[0];
+	size_t kl, vl, el;
+	const uint8_t *k, *v, *ev;
+
+	if (!c->validated) {
+		if (op != DPTP_TCPSTORE_VALIDATE)
+			return -EPROTO; /* torch's libuv server accepts only VALIDATE first */
+		c->validated = true; /* the scanner checked the magic */
+		return 0;
+	}
+	switch (op) {
+	case DPTP_TCPSTORE_PING:
+		out_bytes(s, c, f + 1, 4);
+		return 0;
+	case DPTP_TCPSTORE_SET:
+		k = rd_str(&r, &kl);
+		v = rd_str(&r, &vl);
+		DPTP_TRY(kv_set(s, k, kl, v, vl));
+		wake_all_ready(s);
+		return 0;
+	case DPTP_TCPSTORE_COMPARE_SET: {
+		k = rd_str(&r, &kl);
+		ev = rd_str(&r, &el);
+		v = rd_str(&r, &vl);
+		struct entry *e = map_find(&s->kv, k, kl);
+		if (!e) {
+			if (el == 0) {
+				DPTP_TRY(kv_set(s, k, kl, v, vl));
+				out_str(s, c, v, vl);
+			} else {
+				out_str(s, c, ev, el);
+			}
+		} else {
+			if (e->vlen == el && memcmp(e->val, ev, el) == 0)
+				DPTP_TRY(kv_set(s, k, kl, v, vl));
+			out_str(s, c, e->val, e->vlen);
+		}
+		wake_all_ready(s);
+		return 0;
+	}
+	case DPTP_TCPSTORE_GET: {
+		k = rd_str(&r, &kl);
+		struct entry *e = map_find(&s->kv, k, kl);
+		out_str(s, c, e ? e->val : NULL, e ? e->vlen : 0);
+		return 0;
+	}
+	case DPTP_TCPSTORE_ADD: {
+		k = rd_str(&r, &kl);
+		int64_t delta = (int64_t)rd_u64(&r), old = 0, sum;
+		struct entry *e = map_find(&s->kv, k, kl);
+		if (e && parse_i64(e->val, e->vlen, &old) < 0)
+			return -EINVAL; /* torch's stoll throws and the client is dropped */
+		if (__builtin_add_overflow(old, delta, &sum))
+			return -ERANGE;
+		char num[24];
+		int nl = snprintf(num, sizeof(num), "%" PRId64, sum);
+		DPTP_TRY(kv_set(s, k, kl, (const uint8_t *)num, (size_t)nl));
+		out_u64(s, c, (uint64_t)sum);
+		wake_all_ready(s);
+		return 0;
+	}
+	case DPTP_TCPSTORE_CHECK:
+		out_u8(s, c, keys_present(s, f + 1) ? DPTP_TCPSTORE_READY : DPTP_TCPSTORE_NOT_READY);
+		return 0;
+	case DPTP_TCPSTORE_WAIT: {
+		waiter_unlink(s, c); /* a new WAIT replaces an unanswered one */
+		if (keys_present(s, f + 1)) {
+			out_u8(s, c, DPTP_TCPSTORE_STOP_WAITING);
+			return 0;
+		}
+		size_t n = flen - 1;
+		if (conn_bytes(c) + n > s->max_client_bytes)
+			return -ENOBUFS;
+		c->wait = malloc(n);
+		if (!c->wait)
+			return -ENOMEM;
+		memcpy(c->wait, f + 1, n);
+		c->waitlen = n;
+		s->buffered += n;
+		c->waiting = true;
+		c->wprev = s->wtail;
+		c->wnext = NULL;
+		if (s->wtail)
+			s->wtail->wnext = c;
+		else
+			s->whead = c;
+		s->wtail = c;
+		return 0;
+	}
+	case DPTP_TCPSTORE_GETNUMKEYS:
+		out_u64(s, c, (uint64_t)s->kv.n);
+		return 0;
+	case DPTP_TCPSTORE_DELETE_KEY:
+		k = rd_str(&r, &kl);
+		out_u64(s, c, map_del(&s->kv, k, kl) ? 1 : 0);
+		return 0;
+	case DPTP_TCPSTORE_APPEND: {
+		k = rd_str(&r, &kl);
+		v = rd_str(&r, &vl);
+		struct entry *e = map_find(&s->kv, k, kl);
+		if (!e) {
+			DPTP_TRY(kv_set(s, k, kl, v, vl));
+		} else {
+			if (e->vlen + vl > 4 * (size_t)s->lim.max_value)
+				return -EMSGSIZE; /* keep appends from growing a value without bound */
+			uint8_t *nv = realloc(e->val, e->vlen + vl ? e->vlen + vl : 1);
+			if (!nv)
+				return -ENOMEM;
+			memcpy(nv + e->vlen, v, vl);
+			e->val = nv;
+			e->vlen += vl;
+		}
+		wake_all_ready(s);
+		return 0;
+	}
+	case DPTP_TCPSTORE_MULTI_GET: {
+		uint64_t n = rd_u64(&r);
+		for (uint64_t i = 0; i < n && !c->dead; i++) {
+			k = rd_str(&r, &kl);
+			struct entry *e = map_find(&s->kv, k, kl);
+			out_str(s, c, e ? e->val : NULL, e ? e->vlen : 0);
+		}
+		return 0;
+	}
+	case DPTP_TCPSTORE_MULTI_SET: {
+		uint64_t n = rd_u64(&r);
+		for (uint64_t i = 0; i < n; i++) {
+			k = rd_str(&r, &kl);
+			v = rd_str(&r, &vl);
+			DPTP_TRY(kv_set(s, k, kl, v, vl));
+		}
+		wake_all_ready(s);
+		return 0;
+	}
+	case DPTP_TCPSTORE_CANCEL_WAIT:
+		waiter_unlink(s, c);
+		out_u8(s, c, DPTP_TCPSTORE_WAIT_CANCELED);
+		return 0;
+	case DPTP_TCPSTORE_QUEUE_PUSH: {
+		k = rd_str(&r, &kl);
+		v = rd_str(&r, &vl);
+		struct entry *q = map_get(&s->queues, k, kl);
+		if (!q)
+			return -ENOMEM;
+		struct qitem *it = malloc(sizeof(*it) + vl);
+		if (!it)
+			return -ENOMEM;
+		it->next = NULL;
+		it->len = vl;
+		memcpy(it->data, v, vl);
+		if (q->qtail)
+			q->qtail->next = it;
+		else
+			q->qhead = it;
+		q->qtail = it;
+		q->qlen++;
+		wake_one_on(s, k, kl);
+		return 0;
+	}
+	case DPTP_TCPSTORE_QUEUE_POP: {
+		k = rd_str(&r, &kl);
+		struct entry *q = map_find(&s->queues, k, kl);
+		if (!q || !q->qlen) {
+			out_u64(s, c, 0);
+			return 0;
+		}
+		out_u64(s, c, q->qlen); /* torch replies the length before the pop */
+		struct qitem *it = q->qhead;
+		out_str(s, c, it->data, it->len);
+		q->qhead = it->next;
+		if (!q->qhead)
+			q->qtail = NULL;
+		q->qlen--;
+		free(it);
+		if (!q->qlen)
+			map_del(&s->queues, k, kl);
+		return 0;
+	}
+	case DPTP_TCPSTORE_QUEUE_LEN: {
+		k = rd_str(&r, &kl);
+		struct entry *q = map_find(&s->queues, k, kl);
+		out_u64(s, c, q ? q->qlen : 0);
+		return 0;
+	}
+	case DPTP_TCPSTORE_LIST_KEYS: {
+		struct entry **all = malloc((s->kv.n ? s->kv.n : 1) * sizeof(*all));
+		if (!all)
+			return -ENOMEM;
+		size_t n = 0;
+		for (size_t i = 0; i < s->kv.nb; i++)
+			for (struct entry *e = s->kv.b[i]; e; e = e->next)
+				all[n++] = e;
+		qsort(all, n, sizeof(*all), cmp_keys);
+		out_u64(s, c, n);
+		for (size_t i = 0; i < n && !c->dead; i++)
+			out_str(s, c, all[i]->key, all[i]->klen);
+		free(all);
+		return 0;
+	}
+	default:
+		return -EPROTO; /* VALIDATE again, or an opcode the scanner let through */
+	}
+}
+
+/* Cuts and handles every complete frame in c->in. */
+static void process_input(struct dptp_tcpstore_server *s, struct conn *c)
+{
+	size_t off = 0;
+	while (!c->dead && c->inlen - off >= c->need && c->inlen > off) {
+		size_t n = 0;
+		int rc = dptp_tcpstore_scan_request(c->in + off, c->inlen - off, &s->lim, &n);
+		if (rc < 0) {
+			conn_kill(s, c, true);
+			break;
+		}
+		if (rc == 0) {
+			if (n > s->max_client_bytes) {
+				conn_kill(s, c, true); /* refused before the bytes arrive */
+				break;
+			}
+			c->need = n;
+			break;
+		}
+		c->need = 1;
+		if (handle(s, c, c->in + off, n) < 0) {
+			conn_kill(s, c, true);
+			break;
+		}
+		off += n;
+	}
+	if (off) {
+		memmove(c->in, c->in + off, c->inlen - off);
+		c->inlen -= off; /* need is relative to the frame start: unchanged */
+	}
+	/* give back a large input buffer once it is empty */
+	if (!c->dead && c->inlen == 0 && c->incap > 4 * READ_CHUNK) {
+		free(c->in);
+		s->buffered -= c->incap;
+		c->in = NULL;
+		c->incap = 0;
+	}
+}
+
+static void conn_read(struct dptp_tcpstore_server *s, struct conn *c)
+{
+	for (int i = 0; i < READS_PER_STEP && !c->dead; i++) {
+		/* grow with what actually arrives (doubling), never to the
+		 * size a length prefix merely announces: 64 clients announcing
+		 * 8 MiB values they never send must not cost 512 MiB */
+		size_t want = c->inlen + READ_CHUNK;
+		if (c->need > want && c->incap * 2 > want)
+			want = c->incap * 2 < c->need ? c->incap * 2 : c->need;
+		if (want > s->max_client_bytes)
+			want = s->max_client_bytes;
+		if (want > c->incap) {
+			size_t grow = want - c->incap;
+			if (conn_bytes(c) + grow > s->max_client_bytes) {
+				want = c->incap + (s->max_client_bytes - conn_bytes(c));
+				grow = want - c->incap;
+			}
+			if (grow) {
+				uint8_t *ni = realloc(c->in, want);
+				if (!ni) {
+					conn_kill(s, c, true);
+					return;
+				}
+				s->buffered += grow;
+				c->in = ni;
+				c->incap = want;
+			}
+		}
+		if (c->inlen == c->incap) {
+			conn_kill(s, c, true); /* over the per-client limit */
+			return;
+		}
+		ssize_t k = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, MSG_DONTWAIT);
+		if (k == 0) {
+			conn_kill(s, c, false);
+			return;
+		}
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				conn_kill(s, c, false);
+			return;
+		}
+		c->inlen += (size_t)k;
+		process_input(s, c);
+	}
+}
+
+static void conn_write(struct dptp_tcpstore_server *s, struct conn *c)
+{
+	while (!c->dead && c->outoff < c->outlen) {
+		ssize_t k = send(c->fd, c->out + c->outoff, c->outlen - c->outoff,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				conn_kill(s, c, false);
+			return;
+		}
+		c->outoff += (size_t)k;
+	}
+	if (c->outoff == c->outlen) {
+		c->outoff = c->outlen = 0;
+		if (c->outcap > 4 * READ_CHUNK) {
+			free(c->out);
+			s->buffered -= c->outcap;
+			c->out = NULL;
+			c->outcap = 0;
+		}
+	}
+}
+
+static void do_accept(struct dptp_tcpstore_server *s)
+{
+	if (dptp_now() < s->accept_pause_until)
+		return;
+	for (int i = 0; i < ACCEPTS_PER_STEP; i++) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+				s->accept_pause_until = dptp_now() + 0.1;
+			return;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		if (s->nconns == s->capconns) {
+			size_t cap = s->capconns ? s->capconns * 2 : 16;
+			struct conn **nc = realloc(s->conns, cap * sizeof(*nc));
+			if (!nc) {
+				close(fd);
+				return;
+			}
+			s->conns = nc;
+			s->capconns = cap;
+		}
+		struct conn *c = calloc(1, sizeof(*c));
+		if (!c) {
+			close(fd);
+			return;
+		}
+		c->fd = fd;
+		c->need = 1;
+		s->conns[s->nconns++] = c;
+	}
+}
+
+static void publish_stats(struct dptp_tcpstore_server *s)
+{
+	stat_set(&s->st_clients, s->nconns);
+	stat_set(&s->st_buffered, s->buffered);
+	stat_set(&s->st_keys, s->kv.n);
+}
+
+int dptp_tcpstore_server_step(struct dptp_tcpstore_server *s, int timeout_ms, struct dptp_err *err)
+{
+	size_t need = s->nconns + 2;
+	if (need > s->npfds) {
+		struct pollfd *np = realloc(s->pfds, need * sizeof(*np));
+		if (!np)
+			return dptp_err_set(err, -ENOMEM, "tcpstore server: out of memory");
+		s->pfds = np;
+		s->npfds = need;
+	}
+	struct pollfd *p = s->pfds;
+	p[0] = (struct pollfd){.fd = s->wakefd, .events = POLLIN};
+	bool paused = dptp_now() < s->accept_pause_until;
+	p[1] = (struct pollfd){.fd = paused ? -1 : s->lfd, .events = POLLIN};
+	if (paused && (timeout_ms < 0 || timeout_ms > 100))
+		timeout_ms = 100;
+	for (size_t i = 0; i < s->nconns; i++) {
+		struct conn *c = s->conns[i];
+		p[i + 2] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+		if (c->outoff < c->outlen)
+			p[i + 2].events |= POLLOUT;
+	}
+	size_t npoll = s->nconns + 2;
+	int r = poll(p, npoll, timeout_ms);
+	if (r < 0) {
+		if (errno == EINTR)
+			return 0;
+		return dptp_err_set(err, -errno, "tcpstore server: poll: %s", strerror(errno));
+	}
+	if (p[0].revents & POLLIN) {
+		uint64_t v;
+		ssize_t k = read(s->wakefd, &v, sizeof(v));
+		(void)k;
+	}
+	/* connections that existed before this poll; new ones are polled next step */
+	size_t n = s->nconns;
+	for (size_t i = 0; i < n; i++) {
+		struct conn *c = s->conns[i];
+		short re = p[i + 2].revents;
+		if (c->dead)
+			continue;
+		if (re & (POLLIN | POLLHUP | POLLERR))
+			conn_read(s, c);
+		if (re & POLLNVAL)
+			conn_kill(s, c, false);
+	}
+	if (p[1].revents & POLLIN)
+		do_accept(s);
+	/* flush every pending reply, including the ones a wake-up queued */
+	for (size_t i = 0; i < s->nconns; i++) {
+		struct conn *c = s->conns[i];
+		if (!c->dead && c->outoff < c->outlen)
+			conn_write(s, c);
+	}
+	size_t j = 0;
+	for (size_t i = 0; i < s->nconns; i++) {
+		struct conn *c = s->conns[i];
+		if (c->dead)
+			conn_free(s, c);
+		else
+			s->conns[j++] = c;
+	}
+	s->nconns = j;
+	publish_stats(s);
+	return 0;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------- */
+
+static int try_bind(const char *host, uint16_t port, int backlog, int *fdout, uint16_t *portout,
+		    struct dptp_err *err)
+{
+	char service[16];
+	snprintf(service, sizeof(service), "%u", (unsigned)port);
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo *res = NULL;
+	int g = getaddrinfo(host, service, &hints, &res);
+	if (g != 0)
+		return dptp_err_set(err, -EADDRNOTAVAIL, "tcpstore server: cannot resolve '%s': %s",
+				    host, gai_strerror(g));
+	int last = -EADDRNOTAVAIL;
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+				ai->ai_protocol);
+		if (fd < 0) {
+			last = -errno;
+			continue;
+		}
+		int one = 1, zero = 0;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (ai->ai_family == AF_INET6) {
+			const struct sockaddr_in6 *a6 = (const void *)ai->ai_addr;
+			if (IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr))
+				setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+		}
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, backlog) < 0) {
+			last = -errno;
+			close(fd);
+			continue;
+		}
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+			last = -errno;
+			close(fd);
+			continue;
+		}
+		*portout = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+							  : ((struct sockaddr_in *)&ss)->sin_port);
+		*fdout = fd;
+		freeaddrinfo(res);
+		return 0;
+	}
+	freeaddrinfo(res);
+	return dptp_err_set(err, last, "tcpstore server: cannot listen on %s port %u: %s",
+			    host, (unsigned)port, strerror(-last));
+}
+
+int dptp_tcpstore_server_create(const struct dptp_tcpstore_server_opts *opts,
+				struct dptp_tcpstore_server **out, struct dptp_err *err)
+{
+	*out = NULL;
+	struct dptp_tcpstore_server_opts o = {0};
+	if (opts)
+		o = *opts;
+	struct dptp_tcpstore_server *s = calloc(1, sizeof(*s));
+	if (!s)
+		return dptp_err_set(err, -ENOMEM, "tcpstore server: out of memory");
+	s->lfd = -1;
+	s->max_client_bytes = o.max_client_bytes ? o.max_client_bytes : DPTP_TCPSTORE_DEFAULT_CLIENT_BYTES;
+	s->lim.max_key = o.limits.max_key ? o.limits.max_key : DPTP_TCPSTORE_MAX_KEY;
+	s->lim.max_value = o.limits.max_value ? o.limits.max_value : DPTP_TCPSTORE_MAX_VALUE;
+	s->lim.max_keys = o.limits.max_keys ? o.limits.max_keys : DPTP_TCPSTORE_MAX_KEYS;
+	s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->wakefd < 0) {
+		int rc = dptp_err_set(err, -errno, "tcpstore server: eventfd: %s", strerror(errno));
+		free(s);
+		return rc;
+	}
+	int backlog = o.backlog > 0 ? o.backlog : 16384;
+	int rc;
+	if (o.host) {
+		rc = try_bind(o.host, o.port, backlog, &s->lfd, &s->port, err);
+	} else {
+		rc = try_bind("::", o.port, backlog, &s->lfd, &s->port, err);
+		if (rc < 0)
+			rc = try_bind("0.0.0.0", o.port, backlog, &s->lfd, &s->port, err);
+	}
+	if (rc < 0) {
+		dptp_tcpstore_server_destroy(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+static void *server_thread(void *arg)
+{
+	struct dptp_tcpstore_server *s = arg;
+	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+		if (dptp_tcpstore_server_step(s, -1, NULL) < 0) {
+			/* out of memory for the poll set: back off a little */
+			struct timespec ts = {0, 10 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return NULL;
+}
+
+int dptp_tcpstore_server_start(struct dptp_tcpstore_server *s, struct dptp_err *err)
+{
+	if (s->running)
+		return dptp_err_set(err, -EALREADY, "tcpstore server: already running");
+	__atomic_store_n(&s->stop, 0, __ATOMIC_RELEASE);
+	int rc = pthread_create(&s->thread, NULL, server_thread, s);
+	if (rc)
+		return dptp_err_set(err, -rc, "tcpstore server: cannot start its thread: %s", strerror(rc));
+	s->running = true;
+	return 0;
+}
+
+void dptp_tcpstore_server_stop(struct dptp_tcpstore_server *s)
+{
+	if (!s || !s->running)
+		return;
+	__atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+	uint64_t one = 1;
+	ssize_t k = write(s->wakefd, &one, sizeof(one));
+	(void)k;
+	pthread_join(s->thread, NULL);
+	s->running = false;
+}
+
+void dptp_tcpstore_server_destroy(struct dptp_tcpstore_server *s)
+{
+	if (!s)
+		return;
+	dptp_tcpstore_server_stop(s);
+	for (size_t i = 0; i < s->nconns; i++)
+		conn_free(s, s->conns[i]);
+	free(s->conns);
+	free(s->pfds);
+	map_clear(&s->kv);
+	map_clear(&s->queues);
+	if (s->lfd >= 0)
+		close(s->lfd);
+	if (s->wakefd >= 0)
+		close(s->wakefd);
+	free(s);
+}
+
+uint16_t dptp_tcpstore_server_port(const struct dptp_tcpstore_server *s)
+{
+	return s->port;
+}
+
+size_t dptp_tcpstore_server_nclients(const struct dptp_tcpstore_server *s)
+{
+	return stat_get(&s->st_clients);
+}
+
+size_t dptp_tcpstore_server_buffered(const struct dptp_tcpstore_server *s)
+{
+	return stat_get(&s->st_buffered);
+}
+
+size_t dptp_tcpstore_server_nkeys(const struct dptp_tcpstore_server *s)
+{
+	return stat_get(&s->st_keys);
+}
+
+size_t dptp_tcpstore_server_nrejected(const struct dptp_tcpstore_server *s)
+{
+	return stat_get(&s->st_rejected);
+}
