@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum ev_type { EV_OPDONE, EV_FENCE, EV_FINALIZED, EV_ABORT, EV_DMODEX, EV_DMODEX_LOCAL };
+enum ev_type { EV_OPDONE, EV_FENCE, EV_CONNECTED, EV_FINALIZED, EV_ABORT, EV_DMODEX, EV_DMODEX_LOCAL };
 
 /* One upcall, captured on the PMIx thread, completed on the main thread. */
 struct srv_event {
@@ -61,11 +61,10 @@ static struct srv_event *ev_new(enum ev_type type)
 	return ev;
 }
 
-static pmix_status_t up_finalized(const pmix_proc_t *proc, void *server_object,
-	pmix_op_cbfunc_t cbfunc, void *cbdata)
+/* client_connected and client_finalized: the client waits for our answer */
+static pmix_status_t post_client_op(enum ev_type type, const pmix_proc_t *proc, pmix_op_cbfunc_t cbfunc, void *cbdata)
 {
-	struct srv_event *ev = ev_new(EV_FINALIZED);
-	(void)server_object;
+	struct srv_event *ev = ev_new(type);
 	if (!ev)
 		return PMIX_ERR_NOMEM;
 	ev->proc = *proc;
@@ -73,6 +72,18 @@ static pmix_status_t up_finalized(const pmix_proc_t *proc, void *server_object,
 	ev->cbdata = cbdata;
 	post(ev);
 	return PMIX_SUCCESS;
+}
+
+static pmix_status_t up_connected(const pmix_proc_t *proc, void *server_object, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+	(void)server_object;
+	return post_client_op(EV_CONNECTED, proc, cbfunc, cbdata);
+}
+
+static pmix_status_t up_finalized(const pmix_proc_t *proc, void *server_object, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+	(void)server_object;
+	return post_client_op(EV_FINALIZED, proc, cbfunc, cbdata);
 }
 
 static pmix_status_t up_abort(const pmix_proc_t *proc, void *server_object, int status,
@@ -198,6 +209,7 @@ int pmix_srv_dmodex_local(struct pmix_srv *s, unsigned rank, void *token)
 }
 
 static pmix_server_module_t module = {
+	.client_connected = up_connected,
 	.client_finalized = up_finalized,
 	.abort = up_abort,
 	.fence_nb = up_fence,
@@ -280,10 +292,27 @@ void pmix_srv_fence_complete(struct pmix_srv_fence *f, bool ok, const void *data
 	free(f);
 }
 
+/* proc's index among this server's clients of the current job, or -1 */
+static long local_index(const struct pmix_srv *s, const pmix_proc_t *proc)
+{
+	if (!s->nspace_registered || strncmp(proc->nspace, s->nspace, PMIX_MAX_NSLEN) || proc->rank < s->base_rank ||
+	    proc->rank - s->base_rank >= s->nlocal)
+		return -1;
+	return (long)(proc->rank - s->base_rank);
+}
+
+enum pmix_srv_client pmix_srv_client_state(const struct pmix_srv *s, unsigned rank)
+{
+	if (!s->client || rank < s->base_rank || rank - s->base_rank >= s->nlocal)
+		return PMIX_SRV_CLIENT_NONE;
+	return (enum pmix_srv_client)s->client[rank - s->base_rank];
+}
+
 /* Completes one event; returns 1 for an EV_OPDONE (status in *st). */
 static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_srv_sink *sink, pmix_status_t *st)
 {
 	int done = 0;
+	long li;
 	switch (ev->type) {
 	case EV_OPDONE:
 		*st = ev->status;
@@ -311,14 +340,20 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 		else
 			free(ev->token);
 		break;
+	case EV_CONNECTED:
 	case EV_FINALIZED:
-		s->finalized++;
+		if (ev->type == EV_FINALIZED)
+			s->finalized++;
+		if (getenv("DPTP_RUN_DEBUG"))
+			fprintf(stderr, "dptp-run: client %s:%u %s\n", ev->proc.nspace, ev->proc.rank,
+				ev->type == EV_CONNECTED ? "connected" : "finalized");
+		if ((li = local_index(s, &ev->proc)) >= 0)
+			s->client[li] = ev->type == EV_CONNECTED ? PMIX_SRV_CLIENT_INIT : PMIX_SRV_CLIENT_FINALIZED;
 		if (ev->opcb)
 			ev->opcb(PMIX_SUCCESS, ev->cbdata);
 		break;
 	case EV_ABORT:
-		if (sink && sink->abort && ev->proc.rank >= s->base_rank && ev->proc.rank < s->base_rank + s->nlocal &&
-		    !strncmp(ev->proc.nspace, s->nspace, PMIX_MAX_NSLEN))
+		if (sink && sink->abort && local_index(s, &ev->proc) >= 0)
 			sink->abort(sink->ctx, ev->proc.rank, ev->abort_status, ev->msg);
 		if (ev->opcb)
 			ev->opcb(PMIX_SUCCESS, ev->cbdata);
@@ -498,6 +533,9 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	snprintf(s->nspace, sizeof(s->nspace), "%s", nspace);
 	s->nlocal = nlocal;
 	s->base_rank = base_rank;
+	free(s->client);
+	if (!(s->client = calloc(nlocal ? nlocal : 1, 1)))
+		goto nomem;
 
 	peers = malloc(plen);
 	if (!peers)
@@ -603,6 +641,26 @@ out:
 	return ret;
 }
 
+/* Appends name=value to the argv-style *env unless name is there already. */
+static int env_add(char ***env, const char *name, const char *value)
+{
+	size_t n = 0, len = strlen(name);
+	char **v, *kv;
+	for (; *env && (*env)[n]; n++)
+		if (!strncmp((*env)[n], name, len) && (*env)[n][len] == '=')
+			return 0;
+	if (asprintf(&kv, "%s=%s", name, value) < 0)
+		return -ENOMEM;
+	if (!(v = realloc(*env, (n + 2) * sizeof(*v)))) {
+		free(kv);
+		return -ENOMEM;
+	}
+	v[n] = kv;
+	v[n + 1] = NULL;
+	*env = v;
+	return 0;
+}
+
 int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct dptp_err *err)
 {
 	pmix_proc_t proc;
@@ -613,6 +671,18 @@ int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct d
 	rc = PMIx_server_setup_fork(&proc, env);
 	if (rc != PMIX_SUCCESS)
 		return dptp_err_set(err, -EIO, "PMIx_server_setup_fork(rank %u) failed: %s", rank, PMIx_Error_string(rc));
+	/* Open MPI 4.x decides how it was started in its schizo framework:
+	 * mpirun/orted, Slurm, jsm and flux each have a component; when none
+	 * claims the process, the "orte" component declares an unmanaged
+	 * singleton and forces ess=singleton, never asking our server.
+	 * Without that component the ess framework picks by priority: "pmi"
+	 * (35) wins over "singleton" (25) as soon as the PMIx client finds
+	 * its server, and "^singleton" (what mpirun itself sets) turns a
+	 * failed connection into an MPI_Init error instead of a silent
+	 * one-process world. A user's own settings stay. Open MPI 5 has no
+	 * schizo in the application: it asks PMIx_Init first. */
+	if (env_add(env, "OMPI_MCA_schizo", "^orte") < 0 || env_add(env, "OMPI_MCA_ess", "^singleton") < 0)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
 	return 0;
 }
 
@@ -625,6 +695,8 @@ void pmix_srv_deregister_job(struct pmix_srv *s)
 	PMIx_server_deregister_nspace(s->nspace, opdone, NULL);
 	wait_ops(s, 1, "nspace deregistration", &err);
 	s->nspace_registered = false;
+	free(s->client);
+	s->client = NULL;
 }
 
 int pmix_srv_fd(const struct pmix_srv *s)
@@ -663,6 +735,8 @@ void pmix_srv_finalize(struct pmix_srv *s)
 		}
 	}
 	ev_write_fd = -1;
+	free(s->client);
+	s->client = NULL;
 	for (int i = 0; i < 2; i++)
 		if (s->evpipe[i] >= 0) {
 			close(s->evpipe[i]);

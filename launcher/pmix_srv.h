@@ -14,6 +14,9 @@
 #include "rendezvous.h"
 #include "base/util.h"
 
+/* Where a local client is in the PMIx protocol. */
+enum pmix_srv_client { PMIX_SRV_CLIENT_NONE, PMIX_SRV_CLIENT_INIT, PMIX_SRV_CLIENT_FINALIZED };
+
 struct pmix_srv {
 	bool up;
 	int evpipe[2];
@@ -22,6 +25,7 @@ struct pmix_srv {
 	bool nspace_registered;
 	unsigned nlocal;
 	unsigned base_rank;
+	unsigned char *client; /* enum pmix_srv_client per local rank */
 	/* counters for tests and --verbose style diagnostics */
 	unsigned long fences, finalized;
 };
@@ -77,6 +81,9 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct dptp_err *err);
 /* Deregisters the current nspace (and its clients). */
 void pmix_srv_deregister_job(struct pmix_srv *s);
+/* Whether rank (of the current job, on this node) called PMIx_Init and
+ * PMIx_Finalize, as far as the upcalls dispatched so far tell. */
+enum pmix_srv_client pmix_srv_client_state(const struct pmix_srv *s, unsigned rank);
 /* Read end of the event pipe, for poll(); -1 when the server is down. */
 int pmix_srv_fd(const struct pmix_srv *s);
 /* Completes every posted upcall. */

@@ -184,6 +184,16 @@ static void reap(struct job *j)
 		if (w->exitcode != 0 && !j->stopping) {
 			record(j, w, w->exitcode, NULL);
 			begin_stop(j, SIGTERM);
+		} else if (w->exitcode == 0 && !j->stopping &&
+			   pmix_srv_client_state(&j->srv, w->global_rank) == PMIX_SRV_CLIENT_INIT) {
+			/* as mpirun: a PMIx client gone without PMIx_Finalize
+			 * left its peers waiting in collectives; exit 0 is no
+			 * success then (workers that never called PMIx_Init
+			 * keep torchrun's rule) */
+			logmsg('E', "rank %u (pid %d) exited with code 0 without calling PMIx_Finalize (MPI_Finalize)",
+				w->global_rank, (int)pid);
+			record(j, w, 0, "exited with code 0 after PMIx_Init without calling PMIx_Finalize (MPI_Finalize): an abnormal end");
+			begin_stop(j, SIGTERM);
 		}
 	}
 }
@@ -422,8 +432,9 @@ wait:;
 				begin_stop(j, SIGTERM);
 			}
 		}
-		if (pfd[1].fd >= 0 && pfd[1].revents)
-			pmix_srv_dispatch(&j->srv, &sink);
+		/* also without revents: a worker's last upcalls must be seen
+		 * before its exit is judged */
+		pmix_srv_dispatch(&j->srv, &sink);
 		for (size_t k = xfirst + nx; k < n; k++)
 			if (pfd[k].revents)
 				log_stream_pump(map[k]);

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""MPI programs under dptp-run, with mpirun as the control.
+
+usage: mpi_e2e.py DPTP_RUN CASE
+Compiles mpi_prog.c with mpicc (Debian's libopenmpi-dev) into a temporary
+directory; exits 77 (skipped) without mpicc or mpirun. Cases:
+  programs    hello, ring, allreduce, split: one job of 4 ranks, the same
+              sorted output as under mpirun
+  mpi4py      mpi4py_prog.py with /usr/bin/python3, as under mpirun
+  abort       MPI_Abort(7) on rank 3 ends the job; the report names rank
+              and code; nothing left in /dev/shm
+  nofinalize  rank 3 returns 0 without MPI_Finalize: an abnormal end, not
+              a hang; nothing left in /dev/shm
+  spawn       MPI_Comm_spawn fails cleanly on every rank"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUN = os.path.abspath(sys.argv[1])
+CASE = sys.argv[2]
+NP = 4
+SKIP = 77
+
+
+def check(cond, msg):
+    if not cond:
+        print("FAIL: " + msg)
+        sys.exit(1)
+
+
+def free_port():
+    s = socket.create_server(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def base_env():
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
+           "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "LC_ALL": "C",
+           "DPTP_RUN_STOP_TIMEOUT": "5", "PET_MASTER_PORT": str(free_port()),
+           # the machine has fewer cores than ranks; no network beyond loopback
+           "OMPI_MCA_btl": "self,vader", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    for k in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    return env
+
+
+def dptp_run(cmd, timeout=90):
+    p = subprocess.run([RUN, "--nproc-per-node=%d" % NP, "--no-python"] + cmd, env=base_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def mpirun(cmd, timeout=90):
+    env = base_env()
+    if os.getuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    p = subprocess.run(["mpirun", "-np", str(NP), "--oversubscribe"] + cmd, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def lines(out):
+    return sorted(l for l in out.splitlines() if l.strip())
+
+
+def shm_files():
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def new_segments(before):
+    """Open MPI's shared-memory files created since `before` and still there."""
+    time.sleep(0.3)
+    return sorted(f for f in shm_files() - before if f.startswith(("vader_segment", "sm_segment")))
+
+
+def build(tmp):
+    exe = os.path.join(tmp, "mpi_prog")
+    p = subprocess.run(["mpicc", "-O1", "-o", exe, os.path.join(HERE, "mpi_prog.c")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(p.returncode == 0, "mpicc failed:\n" + p.stdout)
+    return exe
+
+
+def case_programs(exe):
+    for mode in ("hello", "ring", "allreduce", "split"):
+        rc, out, err = dptp_run([exe, mode])
+        check(rc == 0, "%s under dptp-run: exit %d\n%s" % (mode, rc, err[-3000:]))
+        mrc, mout, merr = mpirun([exe, mode])
+        check(mrc == 0, "%s under mpirun: exit %d\n%s" % (mode, mrc, merr[-3000:]))
+        check(len(lines(out)) == NP, "%s: %d lines under dptp-run, want %d:\n%s" % (mode, len(lines(out)), NP, out))
+        check(lines(out) == lines(mout), "%s: dptp-run and mpirun differ:\n%s---\n%s" % (mode, out, mout))
+        print("ok %s: %s" % (mode, lines(out)[-1]))
+
+
+def case_mpi4py(exe):
+    py = "/usr/bin/python3"
+    probe = subprocess.run([py, "-c", "import mpi4py"], stderr=subprocess.DEVNULL)
+    if probe.returncode != 0:
+        print("SKIP: /usr/bin/python3 has no mpi4py (python3-mpi4py)")
+        sys.exit(SKIP)
+    script = os.path.join(HERE, "mpi4py_prog.py")
+    rc, out, err = dptp_run([py, script])
+    check(rc == 0, "mpi4py under dptp-run: exit %d\n%s" % (rc, err[-3000:]))
+    mrc, mout, merr = mpirun([py, script])
+    check(mrc == 0, "mpi4py under mpirun: exit %d\n%s" % (mrc, merr[-3000:]))
+    check(lines(out) == lines(mout), "dptp-run and mpirun differ:\n%s---\n%s" % (out, mout))
+    check(len(lines(out)) == NP and "rank 3/4" in out, "not one job of %d ranks:\n%s" % (NP, out))
+    print("ok mpi4py: %s" % lines(out)[-1])
+
+
+def abnormal(exe, mode, want):
+    before = shm_files()
+    t0 = time.time()
+    rc, out, err = dptp_run([exe, mode], timeout=60)
+    took = time.time() - t0
+    check(rc != 0, "%s: dptp-run exited 0\n%s" % (mode, err[-3000:]))
+    for w in want:
+        check(w in err, "%s: no '%s' in the report:\n%s" % (mode, w, err[-3000:]))
+    left = new_segments(before)
+    check(not left, "%s: left in /dev/shm: %s" % (mode, left))
+    print("ok %s: exit %d in %.1f s, /dev/shm clean" % (mode, rc, took))
+
+
+def case_abort(exe):
+    abnormal(exe, "abort", ["rank 3 called PMIx_Abort(7)", "rank      : 3 (local_rank: 3)", "exitcode  : 7"])
+
+
+def case_nofinalize(exe):
+    abnormal(exe, "nofinalize", ["rank 3 (pid", "without calling PMIx_Finalize", "rank      : 3 (local_rank: 3)"])
+
+
+def case_spawn(exe):
+    before = shm_files()
+    rc, out, err = dptp_run([exe, "spawn"], timeout=60)
+    got = lines(out)
+    check(got == ["spawn rank %d failed" % r for r in range(NP)],
+          "MPI_Comm_spawn did not fail cleanly on every rank (exit %d):\n%s\n%s" % (rc, out, err[-3000:]))
+    check(rc == 0, "spawn: exit %d\n%s" % (rc, err[-3000:]))
+    left = new_segments(before)
+    check(not left, "spawn: left in /dev/shm: %s" % left)
+    print("ok spawn: every rank got an error")
+
+
+def main():
+    if not shutil.which("mpicc") or not shutil.which("mpirun"):
+        print("SKIP: no mpicc/mpirun (libopenmpi-dev, openmpi-bin)")
+        sys.exit(SKIP)
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = build(tmp)
+        globals()["case_" + CASE](exe)
+    print("PASS " + CASE)
+
+
+main()

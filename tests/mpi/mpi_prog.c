@@ -1,0 +1,119 @@
+/* MPI programs for tests/mpi/mpi_e2e.py, one per mode (argv[1]):
+ *   hello      "hello R/N" from every rank
+ *   ring       a token passed once around all ranks, each adds its rank
+ *   allreduce  MPI_Allreduce of rank+1 (sum) and of rank (max)
+ *   split      MPI_Comm_split into two halves, MPI_Bcast in each half
+ *   abort      rank N-1 calls MPI_Abort(7) while the others wait
+ *   nofinalize rank N-1 returns 0 without MPI_Finalize, the others wait
+ *              in MPI_Barrier (an abnormal end for the launcher)
+ *   spawn      MPI_Comm_spawn with MPI_ERRORS_RETURN: must fail on every
+ *              rank, not hang
+ * Every line on stdout is deterministic per rank, so the runs under
+ * dptp-run and under mpirun compare line for line after sorting. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, size;
+
+static int fail(const char *what)
+{
+	fprintf(stderr, "rank %d: %s\n", rank, what);
+	MPI_Abort(MPI_COMM_WORLD, 3);
+	return 3;
+}
+
+static int ring(void)
+{
+	int token = 0, next = (rank + 1) % size, prev = (rank + size - 1) % size;
+	if (size == 1) {
+		printf("ring rank 0 token 0\n");
+		return 0;
+	}
+	if (rank == 0) {
+		MPI_Send(&token, 1, MPI_INT, next, 0, MPI_COMM_WORLD);
+		MPI_Recv(&token, 1, MPI_INT, prev, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		if (token != size * (size - 1) / 2)
+			return fail("ring token is wrong");
+	} else {
+		MPI_Recv(&token, 1, MPI_INT, prev, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		token += rank;
+		MPI_Send(&token, 1, MPI_INT, next, 0, MPI_COMM_WORLD);
+	}
+	printf("ring rank %d token %d\n", rank, token);
+	return 0;
+}
+
+static int allreduce(void)
+{
+	int one = rank + 1, sum = 0, max = -1;
+	MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	MPI_Allreduce(&rank, &max, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	if (sum != size * (size + 1) / 2 || max != size - 1)
+		return fail("allreduce result is wrong");
+	printf("allreduce rank %d sum %d max %d\n", rank, sum, max);
+	return 0;
+}
+
+static int split(void)
+{
+	MPI_Comm half;
+	int color = rank < size / 2, hrank, hsize, val;
+	MPI_Comm_split(MPI_COMM_WORLD, color, rank, &half);
+	MPI_Comm_rank(half, &hrank);
+	MPI_Comm_size(half, &hsize);
+	/* each half's root sends its world rank times 10 */
+	val = hrank == 0 ? rank * 10 + 1 : -1;
+	MPI_Bcast(&val, 1, MPI_INT, 0, half);
+	if (val != (color ? 0 : size / 2) * 10 + 1)
+		return fail("bcast value is wrong");
+	printf("split rank %d half %d hrank %d/%d value %d\n", rank, color, hrank, hsize, val);
+	MPI_Comm_free(&half);
+	return 0;
+}
+
+static int spawn(void)
+{
+	MPI_Comm child;
+	int errs[1], rc;
+	char *argv[] = {NULL};
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	rc = MPI_Comm_spawn("/bin/true", argv, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &child, errs);
+	printf("spawn rank %d %s\n", rank, rc == MPI_SUCCESS ? "succeeded" : "failed");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "hello";
+	int rc = 0;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	if (!strcmp(mode, "hello")) {
+		printf("hello %d/%d\n", rank, size);
+	} else if (!strcmp(mode, "ring")) {
+		rc = ring();
+	} else if (!strcmp(mode, "allreduce")) {
+		rc = allreduce();
+	} else if (!strcmp(mode, "split")) {
+		rc = split();
+	} else if (!strcmp(mode, "abort")) {
+		if (rank == size - 1)
+			MPI_Abort(MPI_COMM_WORLD, 7);
+		MPI_Barrier(MPI_COMM_WORLD);
+	} else if (!strcmp(mode, "nofinalize")) {
+		if (rank == size - 1)
+			return 0;
+		MPI_Barrier(MPI_COMM_WORLD);
+	} else if (!strcmp(mode, "spawn")) {
+		rc = spawn();
+	} else {
+		fprintf(stderr, "mpi_prog: unknown mode '%s'\n", mode);
+		rc = 2;
+	}
+	MPI_Finalize();
+	return rc;
+}
