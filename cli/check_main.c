@@ -22,7 +22,7 @@ enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_ENV = 3, EXIT_TIMEOUT 
 static void print_list(void)
 {
 	printf("Checks:\n");
-	for (int i = 0; i < DPTP_NCHECKS; i++)
+	for (int i = 0; i < dptp_nchecks; i++)
 		printf("  %-16s %s\n", dptp_checks[i]->name, dptp_checks[i]->summary);
 	printf("\nFaults (--inject):\n");
 	for (int i = 0; i < DPTP_NFAULTS; i++) {
@@ -185,27 +185,18 @@ int dptp_check_main(int argc, char **argv)
 		return run_bench(&o, &c, b);
 
 	/* run the selected checks, in lockstep on every rank */
-	struct dptp_check_result res[DPTP_NCHECKS];
+	struct dptp_check_result res[DPTP_MAX_CHECKS];
 	size_t nres = 0;
 	memset(res, 0, sizeof(res));
-	for (int i = 0; i < DPTP_NCHECKS; i++) {
+	for (int i = 0; i < dptp_nchecks; i++) {
 		if (!(o.checks & (1u << i)))
 			continue;
 		struct dptp_check_result *r = &res[nres++];
-		snprintf(r->name, sizeof(r->name), "%s", dptp_checks[i]->name);
-		if (c.x.broken) {
-			dptp_result_set(r, DPTP_SKIP, "not run: an earlier check timed out");
-			continue;
-		}
-		maybe_stall(&c, r->name);
-		c.x.deadline = dptp_now() + o.timeout;
-		double t0 = dptp_now();
-		r->status = DPTP_PASS;
-		dptp_checks[i]->run(&c, r);
-		r->seconds = dptp_now() - t0;
-		if (!r->detail)
-			r->detail = strdup("");
-		if (o.verbose || r->status >= DPTP_ERROR)
+		bool runs = !c.x.broken;
+		if (runs)
+			maybe_stall(&c, dptp_checks[i]->name);
+		dptp_check_run(dptp_checks[i], &c, o.timeout, r);
+		if (runs && (o.verbose || r->status >= DPTP_ERROR))
 			fprintf(stderr, "dptp-check: rank %d: %s %s (%.4f s) %s\n", c.rank, r->name,
 				dptp_status_name(r->status), r->seconds, r->detail);
 	}

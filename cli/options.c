@@ -104,10 +104,16 @@ static int row_of_val(int val)
 	return -1;
 }
 
+/* Every check of the registry. */
+static dptp_check_set all_checks(void)
+{
+	return dptp_nchecks >= DPTP_MAX_CHECKS ? ~(dptp_check_set)0 : ((dptp_check_set)1 << dptp_nchecks) - 1;
+}
+
 void dptp_options_init(struct dptp_options *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->checks = (1u << DPTP_NCHECKS) - 1;
+	o->checks = all_checks();
 	o->inject = 0;
 	o->backend = DPTP_BACKEND_AUTO;
 	o->dtype = DPTP_DTYPE_BF16;
@@ -129,7 +135,7 @@ static int parse_checks(const struct opt_row *row, const char *v, dptp_check_set
 			struct dptp_err *err)
 {
 	if (strcmp(v, "all") == 0) {
-		*out = (1u << DPTP_NCHECKS) - 1;
+		*out = all_checks();
 		return 0;
 	}
 	dptp_check_set set = 0;
@@ -405,13 +411,13 @@ void dptp_options_usage(FILE *f)
 		fprintf(f, "  %-*s", width, lhs[i]);
 		wrap(f, table[i].help, width + 4, 79);
 	}
-	const char *checks[DPTP_NCHECKS], *faults[DPTP_NFAULTS];
-	for (int i = 0; i < DPTP_NCHECKS; i++)
+	const char *checks[DPTP_MAX_CHECKS], *faults[DPTP_NFAULTS];
+	for (int i = 0; i < dptp_nchecks; i++)
 		checks[i] = dptp_check_name(i);
 	for (int i = 0; i < DPTP_NFAULTS; i++)
 		faults[i] = dptp_faults[i].name;
 	fputc('\n', f);
-	name_list(f, "checks:", checks, DPTP_NCHECKS);
+	name_list(f, "checks:", checks, dptp_nchecks);
 	name_list(f, "faults:", faults, DPTP_NFAULTS);
 	fputs("\nexit status: 0 pass, 1 a check failed, 2 usage error,\n"
 	      "3 environment or bootstrap error, 4 a check timed out.\n"

@@ -14,7 +14,7 @@
 
 enum dptp_backend_choice { DPTP_BACKEND_AUTO, DPTP_BACKEND_HOST, DPTP_BACKEND_CUDA };
 
-/* One bit per check, in the order of lib/checks/check.h's registry. */
+/* One bit per check, in the order of the registry (lib/checks/registry.c). */
 typedef uint32_t dptp_check_set;
 
 struct dptp_options {

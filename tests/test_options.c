@@ -68,7 +68,7 @@ static void test_defaults(void **state)
 	assert_int_equal(o.dp, 0);
 	assert_int_equal(o.tp, 0);
 	assert_int_equal(o.pp, 0);
-	assert_int_equal(o.checks, (1u << DPTP_NCHECKS) - 1);
+	assert_int_equal(o.checks, (1u << dptp_nchecks) - 1);
 	assert_int_equal(o.inject, 0);
 	assert_int_equal(o.backend, DPTP_BACKEND_AUTO);
 	assert_int_equal(o.dtype, DPTP_DTYPE_BF16);
@@ -97,7 +97,7 @@ static void test_every_option_separate(void **state)
 	assert_int_equal(o.dp, 2);
 	assert_int_equal(o.tp, 4);
 	assert_int_equal(o.pp, 3);
-	assert_int_equal(o.checks, (1u << DPTP_CHECK_OPID) | (1u << DPTP_CHECK_DISPATCH));
+	assert_int_equal(o.checks, (1u << dptp_check_lookup("opid")) | (1u << dptp_check_lookup("dispatch")));
 	assert_int_equal(o.inject, (1u << DPTP_FAULT_BCAST_GLOBAL_SRC) | (1u << DPTP_FAULT_OPID_SEEDED));
 	assert_int_equal(o.backend, DPTP_BACKEND_HOST);
 	assert_int_equal(o.dtype, DPTP_DTYPE_FP16);
@@ -124,7 +124,7 @@ static void test_every_option_equals(void **state)
 	assert_int_equal(o.dp, 8);
 	assert_int_equal(o.tp, 1);
 	assert_int_equal(o.pp, 2);
-	assert_int_equal(o.checks, (1u << DPTP_NCHECKS) - 1);
+	assert_int_equal(o.checks, (1u << dptp_nchecks) - 1);
 	assert_int_equal(o.inject, (1u << DPTP_NFAULTS) - 1);
 	assert_int_equal(o.backend, DPTP_BACKEND_CUDA);
 	assert_int_equal(o.dtype, DPTP_DTYPE_FP32);
@@ -156,7 +156,7 @@ static void test_values(void **state)
 	OK(&o, "--inject", "all", "--inject", "none");   /* last one wins */
 	assert_int_equal(o.inject, 0);
 	OK(&o, "--checks", "device-map");
-	assert_int_equal(o.checks, 1u << DPTP_CHECK_DEVICE_MAP);
+	assert_int_equal(o.checks, 1u << dptp_check_lookup("device-map"));
 	OK(&o, "--backend", "auto", "--format", "text", "--dtype", "bf16");
 	assert_int_equal(o.backend, DPTP_BACKEND_AUTO);
 	assert_int_equal(o.format, DPTP_FORMAT_TEXT);
@@ -306,7 +306,7 @@ static void test_usage(void **state)
 	assert_non_null(strstr(u, "-v, --verbose"));
 	assert_non_null(strstr(u, "-h, --help"));
 	assert_non_null(strstr(u, "--backend auto|host|cuda"));
-	for (int i = 0; i < DPTP_NCHECKS; i++)
+	for (int i = 0; i < dptp_nchecks; i++)
 		assert_non_null(strstr(u, dptp_check_name(i)));
 	for (int i = 0; i < DPTP_NFAULTS; i++)
 		assert_non_null(strstr(u, dptp_faults[i].name));

@@ -18,93 +18,136 @@ struct stamp {
 	uint64_t nonce;
 };
 
+#define DATA_WORDS 256
+
+/* One broadcast round: what was sent from where, and what arrived. */
+struct round {
+	const struct dptp_group *g;
+	int root, want;
+	int orc, brc;                  /* object and buffer broadcast */
+	struct dptp_err oerr, berr;
+	struct stamp got;
+	uint32_t words[DATA_WORDS];
+};
+
+struct state {
+	void *data;                    /* data-plane buffer */
+	int n;
+	struct round *rounds;
+};
+
 static uint64_t nonce_of(const struct dptp_ctx *c, int kind, int root, int global)
 {
 	return dptp_mix64(c->p.seed ^ ((uint64_t)kind << 48) ^ ((uint64_t)root << 32) ^ (uint64_t)global);
 }
 
-#define DATA_WORDS 256
-
-static void run_group(struct dptp_ctx *c, const struct dptp_group *g, int maxsize,
-		      struct dptp_check_result *res, int *nbcast)
+static uint32_t word_of(const struct dptp_ctx *c, const struct round *o, int i)
 {
-	struct dptp_err err = {0};
-	char gs[256];
-	dptp_group_format(g, gs, sizeof(gs));
-	uint32_t *data = c->comm->ops->alloc(c->comm, DATA_WORDS * sizeof(uint32_t));
-	uint32_t host[DATA_WORDS];
-	/* the same number of rounds on every rank: groups of one kind have
-	 * one size, so `maxsize` is everyone's loop bound */
-	for (int root = 0; root < maxsize; root++) {
-		int want = g->ranks[root < g->size ? root : 0];
+	return (uint32_t)dptp_mix64(nonce_of(c, o->g->kind, o->root, o->want) + (uint64_t)i);
+}
+
+static const char *broadcast_skip(const struct dptp_ctx *c)
+{
+	return c->layout.tp > 1 || c->layout.pp > 1 ? NULL
+		: "no group of two or more ranks inside a DP replica (tp = pp = 1)";
+}
+
+/* The rounds: every group-local root of the TP group, then of the PP group
+ * (groups of one kind have one size, so the count is the same everywhere). */
+static int broadcast_prepare(struct dptp_ctx *c, void *state, struct dptp_err *err)
+{
+	struct state *s = state;
+	const struct dptp_group *gs[2] = { c->layout.tp > 1 ? &c->tp : NULL, c->layout.pp > 1 ? &c->pp : NULL };
+	s->rounds = calloc((size_t)(c->layout.tp + c->layout.pp), sizeof(*s->rounds));
+	s->data = c->comm->ops->alloc(c->comm, DATA_WORDS * sizeof(uint32_t));
+	if (!s->rounds || !s->data)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	for (int k = 0; k < 2; k++)
+		for (int root = 0; gs[k] && root < gs[k]->size; root++) {
+			struct round *o = &s->rounds[s->n++];
+			o->g = gs[k];
+			o->root = root;
+			o->want = gs[k]->ranks[root];
+		}
+	return 0;
+}
+
+static void broadcast_run(struct dptp_ctx *c, void *state, int round, struct dptp_check_result *res)
+{
+	struct state *s = state;
+	for (int k = 0; k < s->n; k++) {
+		struct round *o = &s->rounds[k];
 		/* control plane: an object stamped with the root's identity */
-		struct stamp s = {0};
-		if (c->rank == want) {
-			s.global_rank = c->rank;
-			s.kind = g->kind;
-			s.root = root;
-			s.nonce = nonce_of(c, g->kind, root, c->rank);
-		}
-		int rc = dptp_xchg_bcast_root(&c->x, g, root, &s, sizeof(s), c->p.faults, &err);
-		(*nbcast)++;
-		if (rc < 0) {
-			char what[300];
-			snprintf(what, sizeof(what), "object broadcast in %s group %s from group rank %d",
-				 dptp_group_kind_name(g->kind), gs, root);
-			dptp_result_fail(res, DPTP_FAIL, rc, &err, what);
-		} else if (s.global_rank != want || s.root != root ||
-			   s.nonce != nonce_of(c, g->kind, root, want)) {
-			if (res->status < DPTP_FAIL)
-				dptp_result_set(res, DPTP_FAIL,
-					"object broadcast in %s group %s from group rank %d (global rank %d) "
-					"delivered the payload of global rank %d",
-					dptp_group_kind_name(g->kind), gs, root, want, s.global_rank);
-		}
+		if (c->rank == o->want)
+			o->got = (struct stamp){ .global_rank = c->rank, .kind = o->g->kind, .root = o->root,
+						 .nonce = nonce_of(c, o->g->kind, o->root, c->rank) };
+		o->orc = dptp_xchg_bcast_root(&c->x, o->g, o->root, &o->got, sizeof(o->got), c->p.faults, &o->oerr);
 		/* data plane: a buffer whose every word names the root */
 		for (int i = 0; i < DATA_WORDS; i++)
-			host[i] = c->rank == want ? (uint32_t)dptp_mix64(nonce_of(c, g->kind, root, want) + (uint64_t)i)
-						  : 0xdeadbeefu;
-		c->comm->ops->upload(c->comm, data, host, sizeof(host));
-		rc = dptp_xchg_bcast_buf(&c->x, c->comm, g, root, data, sizeof(host), c->p.faults, &err);
-		if (rc < 0) {
-			char what[300];
+			o->words[i] = c->rank == o->want ? word_of(c, o, i) : 0xdeadbeefu;
+		c->comm->ops->upload(c->comm, s->data, o->words, sizeof(o->words));
+		o->brc = dptp_xchg_bcast_buf(&c->x, c->comm, o->g, o->root, s->data, sizeof(o->words),
+					     c->p.faults, &o->berr);
+		if (o->brc == 0)
+			c->comm->ops->download(c->comm, o->words, s->data, sizeof(o->words));
+	}
+}
+
+static void broadcast_verify(struct dptp_ctx *c, void *state, int round, struct dptp_check_result *res)
+{
+	struct state *s = state;
+	for (int k = 0; k < s->n; k++) {
+		const struct round *o = &s->rounds[k];
+		const char *kind = dptp_group_kind_name(o->g->kind);
+		char gs[256], what[300];
+		dptp_group_format(o->g, gs, sizeof(gs));
+		if (o->orc < 0) {
+			snprintf(what, sizeof(what), "object broadcast in %s group %s from group rank %d",
+				 kind, gs, o->root);
+			dptp_result_fail(res, DPTP_FAIL, o->orc, &o->oerr, what);
+		} else if ((o->got.global_rank != o->want || o->got.root != o->root ||
+			    o->got.nonce != nonce_of(c, o->g->kind, o->root, o->want)) && res->status < DPTP_FAIL) {
+			dptp_result_set(res, DPTP_FAIL,
+				"object broadcast in %s group %s from group rank %d (global rank %d) "
+				"delivered the payload of global rank %d",
+				kind, gs, o->root, o->want, o->got.global_rank);
+		}
+		if (o->brc < 0) {
 			snprintf(what, sizeof(what), "buffer broadcast in %s group %s from group rank %d",
-				 dptp_group_kind_name(g->kind), gs, root);
-			dptp_result_fail(res, DPTP_FAIL, rc, &err, what);
+				 kind, gs, o->root);
+			dptp_result_fail(res, DPTP_FAIL, o->brc, &o->berr, what);
 			continue;
 		}
-		c->comm->ops->download(c->comm, host, data, sizeof(host));
-		for (int i = 0; i < DATA_WORDS; i++) {
-			if (host[i] != (uint32_t)dptp_mix64(nonce_of(c, g->kind, root, want) + (uint64_t)i)) {
+		for (int i = 0; i < DATA_WORDS; i++)
+			if (o->words[i] != word_of(c, o, i)) {
 				if (res->status < DPTP_FAIL)
 					dptp_result_set(res, DPTP_FAIL,
 						"buffer broadcast in %s group %s from group rank %d (global rank %d): "
 						"word %d is 0x%08x, not the root's",
-						dptp_group_kind_name(g->kind), gs, root, want, i, host[i]);
+						kind, gs, o->root, o->want, i, o->words[i]);
 				break;
 			}
-		}
 	}
-	c->comm->ops->free(c->comm, data);
+	if (res->status == DPTP_PASS)
+		dptp_result_set(res, DPTP_PASS, "%d broadcasts from every root of the %s%s groups", s->n,
+				c->layout.tp > 1 ? "TP" : "", c->layout.pp > 1 ? (c->layout.tp > 1 ? " and PP" : "PP") : "");
 }
 
-static void broadcast_run(struct dptp_ctx *c, struct dptp_check_result *res)
+static void broadcast_release(struct dptp_ctx *c, void *state)
 {
-	int n = 0;
-	res->status = DPTP_PASS;
-	if (c->layout.tp > 1)
-		run_group(c, &c->tp, c->layout.tp, res, &n);
-	if (c->layout.pp > 1)
-		run_group(c, &c->pp, c->layout.pp, res, &n);
-	if (n == 0)
-		dptp_result_set(res, DPTP_SKIP, "no group of two or more ranks inside a DP replica (tp = pp = 1)");
-	else if (res->status == DPTP_PASS && c->x.b->rank >= 0)
-		dptp_result_set(res, DPTP_PASS, "%d broadcasts from every root of the %s%s groups", n,
-				c->layout.tp > 1 ? "TP" : "", c->layout.pp > 1 ? (c->layout.tp > 1 ? " and PP" : "PP") : "");
+	struct state *s = state;
+	if (s->data)
+		c->comm->ops->free(c->comm, s->data);
+	free(s->rounds);
 }
 
 const struct dptp_check dptp_check_broadcast = {
 	.name = "broadcast",
 	.summary = "group broadcasts from every group-local root deliver that root's payload (objects and buffers)",
+	.skip = broadcast_skip,
+	.state_size = sizeof(struct state),
+	.prepare = broadcast_prepare,
 	.run = broadcast_run,
+	.verify = broadcast_verify,
+	.release = broadcast_release,
 };

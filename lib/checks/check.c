@@ -1,3 +1,4 @@
+/* The check driver and the result helpers (see check.h). */
 #include "checks/check.h"
 
 #include <errno.h>
@@ -6,26 +7,80 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Kept in enum order; lib/checks/registry.c asserts it matches. */
-static const char *const names[DPTP_NCHECKS] = {
-	[DPTP_CHECK_BROADCAST] = "broadcast",
-	[DPTP_CHECK_OPID] = "opid",
-	[DPTP_CHECK_DEVICE_MAP] = "device-map",
-	[DPTP_CHECK_FUSED_ALLREDUCE] = "fused-allreduce",
-	[DPTP_CHECK_DISPATCH] = "dispatch",
-};
+#include "checks/ctx.h"
 
 int dptp_check_lookup(const char *name)
 {
-	for (int i = 0; i < DPTP_NCHECKS; i++)
-		if (strcmp(names[i], name) == 0)
+	for (int i = 0; i < dptp_nchecks; i++)
+		if (strcmp(dptp_checks[i]->name, name) == 0)
 			return i;
 	return -1;
 }
 
 const char *dptp_check_name(int id)
 {
-	return id >= 0 && id < DPTP_NCHECKS ? names[id] : NULL;
+	return id >= 0 && id < dptp_nchecks ? dptp_checks[id]->name : NULL;
+}
+
+/* Lockstep sharing of the preparation: every rank learns whether any rank
+ * failed, so that all of them run or none does. */
+static void share_prepare(struct dptp_ctx *c, int prc, const struct dptp_err *perr,
+			  struct dptp_check_result *res)
+{
+	struct dptp_err err = {0};
+	int32_t mine = prc < 0 ? prc : 0;
+	int32_t *all = calloc((size_t)c->layout.world, sizeof(int32_t));
+	int rc = all ? dptp_xchg_allgather(&c->x, &c->world, &mine, sizeof(mine), all, &err) : -ENOMEM;
+	if (prc < 0)
+		dptp_result_fail(res, DPTP_ERROR, prc, perr, "preparing the inputs");
+	else if (rc < 0)
+		dptp_result_fail(res, DPTP_ERROR, rc, &err, "sharing the preparation");
+	for (int r = 0; rc == 0 && prc == 0 && r < c->layout.world; r++)
+		if (all[r] < 0) {
+			dptp_result_set(res, DPTP_ERROR, "not run: global rank %d could not prepare its inputs (%s)",
+					r, strerror(-all[r]));
+			break;
+		}
+	free(all);
+}
+
+void dptp_check_run(const struct dptp_check *k, struct dptp_ctx *c, double timeout,
+		    struct dptp_check_result *res)
+{
+	snprintf(res->name, sizeof(res->name), "%s", k->name);
+	const char *why = NULL;
+	if (c->x.broken)
+		why = "not run: an earlier check timed out";
+	else if (k->skip)
+		why = k->skip(c);
+	if (why) {
+		dptp_result_set(res, DPTP_SKIP, "%s", why);
+		return;
+	}
+	c->x.deadline = dptp_now() + timeout;
+	double t0 = dptp_now();
+	res->status = DPTP_PASS;
+	void *state = k->state_size ? calloc(1, k->state_size) : NULL;
+	struct dptp_err err = {0};
+	int prc = 0;
+	if (k->state_size && !state)
+		prc = dptp_err_set(&err, -ENOMEM, "out of memory for the check's state");
+	else if (k->prepare)
+		prc = k->prepare(c, state, &err);
+	if (k->prepare || prc < 0)
+		share_prepare(c, prc, &err, res);
+	int rounds = k->rounds > 0 ? k->rounds : 1;
+	for (int round = 0; res->status < DPTP_FAIL && round < rounds; round++) {
+		k->run(c, state, round, res);
+		if (k->verify)
+			k->verify(c, state, round, res);
+	}
+	if (k->release && state)
+		k->release(c, state);
+	free(state);
+	res->seconds = dptp_now() - t0;
+	if (!res->detail)
+		res->detail = strdup("");
 }
 
 void dptp_result_set(struct dptp_check_result *r, enum dptp_status s, const char *fmt, ...)
@@ -47,4 +102,18 @@ void dptp_result_fail(struct dptp_check_result *r, enum dptp_status as, int rc,
 		return;
 	enum dptp_status s = rc == -ETIMEDOUT ? DPTP_TIMEOUT : as;
 	dptp_result_set(r, s, "%s: %s", what, err && err->msg[0] ? err->msg : strerror(-rc));
+}
+
+void dptp_result_append(struct dptp_check_result *r, const char *fmt, ...)
+{
+	char tail[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(tail, sizeof(tail), fmt, ap);
+	va_end(ap);
+	char *d = NULL;
+	if (asprintf(&d, "%s%s", r->detail ? r->detail : "", tail) >= 0) {
+		free(r->detail);
+		r->detail = d;
+	}
 }

@@ -46,7 +46,20 @@ static void free_bufs(struct bufs *b)
 	free(b->ref_res); free(b->ref_norm); free(b->peer_x); free(b->sum);
 }
 
-/* Compares one iteration; returns true when right. */
+struct state {
+	struct bufs b;
+	struct dptp_workspace ws;
+	struct dptp_gpu_workspace *gws;
+	const char *algo;
+	bool use_ws;        /* through the IPC workspace */
+	bool spans;         /* a TP group spans hosts: the data-plane path */
+	bool produced;      /* this round's outputs are there to compare */
+	int tokens;         /* this round's */
+	uint64_t seed;
+	double max_abs, max_rel;
+};
+
+/* Compares one round; returns true when right. */
 static bool compare(struct dptp_ctx *c, struct bufs *b, size_t n, int hidden, int it,
 		    struct dptp_check_result *res, double *max_abs, double *max_rel)
 {
@@ -74,32 +87,33 @@ static bool compare(struct dptp_ctx *c, struct bufs *b, size_t n, int hidden, in
 	return ok;
 }
 
-static void fused_run(struct dptp_ctx *c, struct dptp_check_result *res)
+static int fused_prepare(struct dptp_ctx *c, void *state, struct dptp_err *err)
 {
-	struct dptp_err err = {0};
+	struct state *s = state;
+	struct bufs *b = &s->b;
 	enum dptp_dtype dt = c->p.dtype;
 	int hidden = c->p.hidden;
 	size_t nmax = (size_t)c->p.tokens * (size_t)hidden, esz = dptp_dtype_bytes(dt);
-	const struct dptp_group *tp = &c->tp;
-	struct bufs b = {0};
-	b.x = malloc(nmax * esz); b.res_in = malloc(nmax * esz); b.gamma = malloc((size_t)hidden * esz);
-	b.res_out = malloc(nmax * esz); b.norm_out = malloc(nmax * esz); b.ref_res = malloc(nmax * esz);
-	b.ref_norm = malloc(nmax * esz); b.peer_x = malloc(nmax * esz); b.sum = malloc(nmax * sizeof(float));
-	if (!b.x || !b.res_in || !b.gamma || !b.res_out || !b.norm_out || !b.ref_res || !b.ref_norm ||
-	    !b.peer_x || !b.sum) {
-		free_bufs(&b);
-		dptp_result_set(res, DPTP_ERROR, "out of memory for %d x %d tokens", c->p.tokens, hidden);
-		return;
-	}
-	res->status = DPTP_PASS;
-	fill(b.gamma, (size_t)hidden, c->p.seed, 0x6a33aULL, dt);
+	b->x = malloc(nmax * esz); b->res_in = malloc(nmax * esz); b->gamma = malloc((size_t)hidden * esz);
+	b->res_out = malloc(nmax * esz); b->norm_out = malloc(nmax * esz); b->ref_res = malloc(nmax * esz);
+	b->ref_norm = malloc(nmax * esz); b->peer_x = malloc(nmax * esz); b->sum = malloc(nmax * sizeof(float));
+	if (!b->x || !b->res_in || !b->gamma || !b->res_out || !b->norm_out || !b->ref_res || !b->ref_norm ||
+	    !b->peer_x || !b->sum)
+		return dptp_err_set(err, -ENOMEM, "out of memory for %d x %d tokens", c->p.tokens, hidden);
+	fill(b->gamma, (size_t)hidden, c->p.seed, 0x6a33aULL, dt);
+	s->algo = "one-shot (Lamport)";
+	return 0;
+}
 
+/* Round 0's first part: the workspace, and whether the whole TP group has one. */
+static void fused_setup(struct dptp_ctx *c, struct state *s, struct dptp_check_result *res)
+{
+	struct dptp_err err = {0};
+	enum dptp_dtype dt = c->p.dtype;
+	size_t nmax = (size_t)c->p.tokens * (size_t)c->p.hidden, esz = dptp_dtype_bytes(dt);
+	const struct dptp_group *tp = &c->tp;
 	/* the workspace is exchanged on the TP group -- or, under the
 	 * world-workspace fault, on WORLD with rank = tp_rank, size = tp_size */
-	struct dptp_workspace ws;
-	memset(&ws, 0, sizeof(ws));
-	struct dptp_gpu_workspace *gws = NULL;
-	const char *algo = "one-shot (Lamport)";
 	bool cuda = c->p.cuda;
 	bool world_ws = dptp_fault_on(c->p.faults, DPTP_FAULT_WORLD_WORKSPACE);
 	const struct dptp_group *xg = world_ws ? &c->world : tp;
@@ -108,13 +122,12 @@ static void fused_run(struct dptp_ctx *c, struct dptp_check_result *res)
 	/* the IPC workspace needs each TP group on one host; when any group
 	 * spans hosts, every rank (lockstep) takes the data-plane path instead:
 	 * allreduce through the bootstrap, then residual + RMSNorm locally */
-	bool spans = false;
 	for (int r = 0; r < c->layout.world; r++)
-		spans |= c->host_of[r] != c->host_of[r - r % c->layout.tp];
-	bool use_ws = (tp->size > 1 || cuda) && !spans;
-	if (use_ws) {
-		rc = cuda ? dptp_gpu_workspace_create(&gws, c, xg, ws_rank, ws_size, nmax * esz, dt, &err)
-			  : dptp_workspace_create(&ws, c, xg, ws_rank, ws_size, nmax * esz, dt, &err);
+		s->spans |= c->host_of[r] != c->host_of[r - r % c->layout.tp];
+	s->use_ws = (tp->size > 1 || cuda) && !s->spans;
+	if (s->use_ws) {
+		rc = cuda ? dptp_gpu_workspace_create(&s->gws, c, xg, ws_rank, ws_size, nmax * esz, dt, &err)
+			  : dptp_workspace_create(&s->ws, c, xg, ws_rank, ws_size, nmax * esz, dt, &err);
 		if (rc < 0)
 			dptp_result_fail(res, DPTP_FAIL, rc, &err, "workspace");
 	}
@@ -133,100 +146,132 @@ static void fused_run(struct dptp_ctx *c, struct dptp_check_result *res)
 					"the fused kernel would run on a broken workspace", j, tp->ranks[j]);
 		}
 	free(oks);
+}
 
-	double max_abs = 0, max_rel = 0;
-	for (int it = 0; ok && it < ITERATIONS; it++) {
-		uint64_t seed = c->p.seed + (uint64_t)it * 7919;
-		/* batches change size from call to call, as decode batches do: a
-		 * Lamport buffer must come back clean after a larger call */
-		int tokens = call_tokens(c->p.tokens, it);
-		size_t n = (size_t)tokens * (size_t)hidden;
-		fill(b.x, n, seed, (uint64_t)c->rank, dt);
-		fill(b.res_in, n, seed, 0x12e5ULL + (uint64_t)tp->ranks[0], dt);
-		if (use_ws) {
-			rc = cuda ? dptp_gpu_workspace_fused(gws, b.x, b.res_in, b.gamma, b.res_out, b.norm_out,
-							     tokens, hidden, (float)c->p.eps, c->x.deadline, &algo, &err)
-				  : dptp_workspace_fused_allreduce(&ws, b.x, b.res_in, b.gamma, b.res_out, b.norm_out,
-								   tokens, hidden, (float)c->p.eps, c->x.deadline, &err);
-			if (rc < 0) {
-				if (rc == -ETIMEDOUT)
-					c->x.broken = true; /* a peer is gone: lockstep is lost */
-				dptp_result_fail(res, DPTP_FAIL, rc, &err, "fused allreduce");
-				break;
-			}
-		} else if (spans) {
-			/* a TP group spans hosts: no IPC workspace to test */
-			void *d = c->comm->ops->alloc(c->comm, n * esz);
-			rc = d ? c->comm->ops->upload(c->comm, d, b.x, n * esz) : -ENOMEM;
-			int arc2 = c->comm->ops->allreduce(c->comm, tp, d, rc == 0 ? n : 0, dt, &err);
-			if (rc == 0 && arc2 == 0)
-				rc = c->comm->ops->download(c->comm, b.peer_x, d, n * esz);
-			else if (rc == 0)
-				rc = arc2;
-			c->comm->ops->free(c->comm, d);
-			if (rc < 0) {
-				dptp_result_fail(res, DPTP_FAIL, rc, &err, "data-plane allreduce");
-				break;
-			}
-			for (size_t i = 0; i < n; i++)
-				b.sum[i] = dptp_load_elt(b.peer_x, i, dt);
-			dptp_residual_rmsnorm_ref(b.sum, b.res_in, b.gamma, b.res_out, b.norm_out, tokens, hidden,
-						  (float)c->p.eps, dt);
-			algo = "allreduce over the data plane";
-		} else {
-			/* TP 1: plain residual + RMSNorm */
-			for (size_t i = 0; i < n; i++)
-				b.sum[i] = dptp_load_elt(b.x, i, dt);
-			dptp_residual_rmsnorm_ref(b.sum, b.res_in, b.gamma, b.res_out, b.norm_out, tokens, hidden,
-						  (float)c->p.eps, dt);
+static void fused_run(struct dptp_ctx *c, void *state, int it, struct dptp_check_result *res)
+{
+	struct state *s = state;
+	struct bufs *b = &s->b;
+	struct dptp_err err = {0};
+	enum dptp_dtype dt = c->p.dtype;
+	int hidden = c->p.hidden;
+	size_t esz = dptp_dtype_bytes(dt);
+	const struct dptp_group *tp = &c->tp;
+	s->produced = false;
+	if (it == 0)
+		fused_setup(c, s, res);
+	if (res->status >= DPTP_FAIL)
+		return;
+	s->seed = c->p.seed + (uint64_t)it * 7919;
+	/* batches change size from call to call, as decode batches do: a
+	 * Lamport buffer must come back clean after a larger call */
+	s->tokens = call_tokens(c->p.tokens, it);
+	int tokens = s->tokens;
+	size_t n = (size_t)tokens * (size_t)hidden;
+	fill(b->x, n, s->seed, (uint64_t)c->rank, dt);
+	fill(b->res_in, n, s->seed, 0x12e5ULL + (uint64_t)tp->ranks[0], dt);
+	int rc;
+	if (s->use_ws) {
+		rc = c->p.cuda ? dptp_gpu_workspace_fused(s->gws, b->x, b->res_in, b->gamma, b->res_out, b->norm_out,
+							  tokens, hidden, (float)c->p.eps, c->x.deadline, &s->algo, &err)
+			       : dptp_workspace_fused_allreduce(&s->ws, b->x, b->res_in, b->gamma, b->res_out, b->norm_out,
+								tokens, hidden, (float)c->p.eps, c->x.deadline, &err);
+		if (rc < 0) {
+			if (rc == -ETIMEDOUT)
+				c->x.broken = true; /* a peer is gone: lockstep is lost */
+			dptp_result_fail(res, DPTP_FAIL, rc, &err, "fused allreduce");
+			return;
 		}
-		/* the reference, from the seed alone: the members' inputs summed in
-		 * group order in fp32 */
-		memset(b.sum, 0, n * sizeof(float));
-		for (int j = 0; j < tp->size; j++) {
-			fill(b.peer_x, n, seed, (uint64_t)tp->ranks[j], dt);
-			for (size_t i = 0; i < n; i++)
-				b.sum[i] += dptp_load_elt(b.peer_x, i, dt);
+	} else if (s->spans) {
+		/* a TP group spans hosts: no IPC workspace to test */
+		void *d = c->comm->ops->alloc(c->comm, n * esz);
+		rc = d ? c->comm->ops->upload(c->comm, d, b->x, n * esz) : -ENOMEM;
+		int arc2 = c->comm->ops->allreduce(c->comm, tp, d, rc == 0 ? n : 0, dt, &err);
+		if (rc == 0 && arc2 == 0)
+			rc = c->comm->ops->download(c->comm, b->peer_x, d, n * esz);
+		else if (rc == 0)
+			rc = arc2;
+		c->comm->ops->free(c->comm, d);
+		if (rc < 0) {
+			dptp_result_fail(res, DPTP_FAIL, rc, &err, "data-plane allreduce");
+			return;
 		}
-		dptp_residual_rmsnorm_ref(b.sum, b.res_in, b.gamma, b.ref_res, b.ref_norm, tokens, hidden,
+		for (size_t i = 0; i < n; i++)
+			b->sum[i] = dptp_load_elt(b->peer_x, i, dt);
+		dptp_residual_rmsnorm_ref(b->sum, b->res_in, b->gamma, b->res_out, b->norm_out, tokens, hidden,
 					  (float)c->p.eps, dt);
-		if (!compare(c, &b, n, hidden, it, res, &max_abs, &max_rel))
-			break;
+		s->algo = "allreduce over the data plane";
+	} else {
+		/* TP 1: plain residual + RMSNorm */
+		for (size_t i = 0; i < n; i++)
+			b->sum[i] = dptp_load_elt(b->x, i, dt);
+		dptp_residual_rmsnorm_ref(b->sum, b->res_in, b->gamma, b->res_out, b->norm_out, tokens, hidden,
+					  (float)c->p.eps, dt);
 	}
+	s->produced = true;
+}
+
+/* The detail once the rounds are over (the last, or the first that failed). */
+static void conclude(struct dptp_ctx *c, struct state *s, struct dptp_check_result *res)
+{
+	enum dptp_dtype dt = c->p.dtype;
+	const struct dptp_group *tp = &c->tp;
 	if (res->status == DPTP_PASS)
 		dptp_result_set(res, DPTP_PASS, "%d calls (%d, %d, %d tokens) x %d %s, TP %d %s%s: max abs err %.3g, max rel err %.3g",
 				ITERATIONS, call_tokens(c->p.tokens, 0), call_tokens(c->p.tokens, 1),
-				call_tokens(c->p.tokens, 2), hidden, dt == DPTP_DTYPE_FP32 ? "fp32" : dt == DPTP_DTYPE_FP16 ? "fp16" : "bf16",
-				tp->size, use_ws || spans ? algo : "(no allreduce)", cuda && !spans ? " on the GPU" : "",
-				max_abs, max_rel);
-	if (res->status == DPTP_PASS && spans) {
+				call_tokens(c->p.tokens, 2), c->p.hidden, dt == DPTP_DTYPE_FP32 ? "fp32" : dt == DPTP_DTYPE_FP16 ? "fp16" : "bf16",
+				tp->size, s->use_ws || s->spans ? s->algo : "(no allreduce)", c->p.cuda && !s->spans ? " on the GPU" : "",
+				s->max_abs, s->max_rel);
+	if (res->status == DPTP_PASS && s->spans) {
 		char gs[256];
 		dptp_group_format(tp, gs, sizeof(gs));
-		char *d = NULL;
-		if (asprintf(&d, "%s; IPC workspace not tested: a TP group spans hosts (this one: %s%s)",
-			     res->detail, gs, c->host_of[tp->ranks[0]] != c->host_of[tp->ranks[tp->size - 1]] ? ", spans" : ", local") >= 0) {
-			free(res->detail);
-			res->detail = d;
-		}
+		dptp_result_append(res, "; IPC workspace not tested: a TP group spans hosts (this one: %s%s)",
+				   gs, c->host_of[tp->ranks[0]] != c->host_of[tp->ranks[tp->size - 1]] ? ", spans" : ", local");
+	} else if (res->status == DPTP_FAIL && s->max_abs > 0) {
+		dptp_result_append(res, "; max abs err %.3g, max rel err %.3g", s->max_abs, s->max_rel);
 	}
-	else if (res->status == DPTP_FAIL && max_abs > 0) {
-		char extra[128];
-		snprintf(extra, sizeof(extra), "; max abs err %.3g, max rel err %.3g", max_abs, max_rel);
-		char *d = malloc(strlen(res->detail) + sizeof(extra));
-		if (d) {
-			strcpy(d, res->detail);
-			strcat(d, extra);
-			free(res->detail);
-			res->detail = d;
+}
+
+static void fused_verify(struct dptp_ctx *c, void *state, int it, struct dptp_check_result *res)
+{
+	struct state *s = state;
+	struct bufs *b = &s->b;
+	enum dptp_dtype dt = c->p.dtype;
+	int hidden = c->p.hidden;
+	const struct dptp_group *tp = &c->tp;
+	if (s->produced) {
+		size_t n = (size_t)s->tokens * (size_t)hidden;
+		/* the reference, from the seed alone: the members' inputs summed
+		 * in group order in fp32 */
+		memset(b->sum, 0, n * sizeof(float));
+		for (int j = 0; j < tp->size; j++) {
+			fill(b->peer_x, n, s->seed, (uint64_t)tp->ranks[j], dt);
+			for (size_t i = 0; i < n; i++)
+				b->sum[i] += dptp_load_elt(b->peer_x, i, dt);
 		}
+		dptp_residual_rmsnorm_ref(b->sum, b->res_in, b->gamma, b->ref_res, b->ref_norm, s->tokens, hidden,
+					  (float)c->p.eps, dt);
+		compare(c, b, n, hidden, it, res, &s->max_abs, &s->max_rel);
 	}
-	dptp_workspace_release(&ws);
-	dptp_gpu_workspace_destroy(gws);
-	free_bufs(&b);
+	if (res->status >= DPTP_FAIL || it == ITERATIONS - 1)
+		conclude(c, s, res);
+}
+
+static void fused_release(struct dptp_ctx *c, void *state)
+{
+	struct state *s = state;
+	dptp_workspace_release(&s->ws);
+	dptp_gpu_workspace_destroy(s->gws);
+	free_bufs(&s->b);
 }
 
 const struct dptp_check dptp_check_fused_allreduce = {
 	.name = "fused-allreduce",
 	.summary = "allreduce + residual + RMSNorm through the IPC workspace equals the local reference",
+	.state_size = sizeof(struct state),
+	.prepare = fused_prepare,
+	.rounds = ITERATIONS,
 	.run = fused_run,
+	.verify = fused_verify,
+	.release = fused_release,
 };

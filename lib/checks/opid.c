@@ -34,106 +34,144 @@ static int stamp_fd(int rank)
 	return fd;
 }
 
-static void opid_run(struct dptp_ctx *c, struct dptp_check_result *res)
+/* What the collective steps got; verify reads it in the same order. */
+struct state {
+	uint64_t opid;
+	bool have;                 /* the broadcast delivered an opId */
+	bool spans;                /* the TP group spans hosts: no socket proof */
+	uint64_t *all;             /* [tp size] the group's opIds */
+	struct opid_rec me, *recs; /* [world] */
+	struct dptp_ipcsock sock;
+	int myfd, *in;             /* [tp size] descriptors received */
+	int rc[5];                 /* broadcast, allgather, world allgather, socket, ring */
+	struct dptp_err err[5];
+};
+
+static const char *opid_skip(const struct dptp_ctx *c)
 {
-	struct dptp_err err = {0};
+	return c->layout.tp == 1 ? "TP size 1: no IPC workspace, so no opId" : NULL;
+}
+
+static int opid_prepare(struct dptp_ctx *c, void *state, struct dptp_err *err)
+{
+	struct state *s = state;
+	s->sock.fd = -1;
+	s->myfd = -1;
+	s->all = calloc((size_t)c->tp.size, sizeof(uint64_t));
+	s->recs = calloc((size_t)c->layout.world, sizeof(*s->recs));
+	s->in = calloc((size_t)c->tp.size, sizeof(int));
+	if (!s->all || !s->recs || !s->in)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	for (int j = 0; j < c->tp.size; j++)
+		s->in[j] = -1;
+	return 0;
+}
+
+static void opid_run(struct dptp_ctx *c, void *state, int round, struct dptp_check_result *res)
+{
+	struct state *s = state;
+	const struct dptp_group *tp = &c->tp;
+	/* 1. the TP root draws the opId and broadcasts it in its group */
+	s->opid = tp->index == 0 ? dptp_opid_draw(c) : 0;
+	s->rc[0] = dptp_xchg_bcast_root(&c->x, tp, 0, &s->opid, sizeof(s->opid), c->p.faults, &s->err[0]);
+	s->have = s->rc[0] == 0;
+	/* 2. every member's opId */
+	s->rc[1] = dptp_xchg_allgather(&c->x, tp, &s->opid, sizeof(s->opid), s->all, &s->err[1]);
+	/* 3. every rank's, with its host and TP group */
+	s->me = (struct opid_rec){ .host = c->host_of[c->rank], .tp_first = tp->ranks[0], .ok = s->have,
+				   .opid = s->opid };
+	s->rc[2] = dptp_xchg_allgather(&c->x, &c->world, &s->me, sizeof(s->me), s->recs, &s->err[2]);
+	/* 4. the proof: bind the sockets for real, pass a descriptor that
+	 * names its sender around the group */
+	for (int i = 0; i < tp->size; i++)
+		s->spans |= c->host_of[tp->ranks[i]] != c->host_of[c->rank];
+	if (!s->spans) {
+		s->rc[3] = dptp_ipcsock_bind(&s->sock, tp->index, s->opid, &s->err[3]);
+		if (s->rc[3] < 0) {
+			char gs[256];
+			dptp_group_format(tp, gs, sizeof(gs));
+			dptp_err_prefix(&s->err[3], "global rank %d (TP group %s)", c->rank, gs);
+		}
+	} else {
+		dptp_ipcsock_name(s->sock.name, sizeof(s->sock.name), tp->index, s->opid);
+	}
+	s->sock.opid = s->opid;
+	s->myfd = stamp_fd(c->rank);
+	int *inp[1] = { s->in };
+	s->rc[4] = dptp_fd_ring(c, tp, tp->index, tp->size, &s->sock, 1, &s->myfd, inp, &s->err[4]);
+}
+
+static void opid_verify(struct dptp_ctx *c, void *state, int round, struct dptp_check_result *res)
+{
+	struct state *s = state;
 	const struct dptp_group *tp = &c->tp;
 	char gs[256];
 	dptp_group_format(tp, gs, sizeof(gs));
-	if (c->layout.tp == 1) {
-		dptp_result_set(res, DPTP_SKIP, "TP size 1: no IPC workspace, so no opId");
-		return;
-	}
-	res->status = DPTP_PASS;
-	/* 1. the TP root draws the opId and broadcasts it in its group */
-	uint64_t opid = tp->index == 0 ? dptp_opid_draw(c) : 0;
-	int rc = dptp_xchg_bcast_root(&c->x, tp, 0, &opid, sizeof(opid), c->p.faults, &err);
-	bool have = rc == 0;
-	if (rc < 0)
-		dptp_result_fail(res, DPTP_FAIL, rc, &err, "opId broadcast in TP group");
-
-	/* 2. every member agrees */
-	uint64_t *all = calloc((size_t)tp->size, sizeof(uint64_t));
-	struct opid_rec *recs = calloc((size_t)c->layout.world, sizeof(*recs));
-	if (!all || !recs) {
-		dptp_result_set(res, DPTP_ERROR, "out of memory");
-		free(all);
-		free(recs);
-		return;
-	}
-	rc = dptp_xchg_allgather(&c->x, tp, &opid, sizeof(opid), all, &err);
-	if (rc < 0)
-		dptp_result_fail(res, DPTP_FAIL, rc, &err, "opId allgather in TP group");
-	for (int i = 0; rc == 0 && have && i < tp->size; i++)
-		if (all[i] != opid && res->status < DPTP_FAIL)
+	if (s->rc[0] < 0)
+		dptp_result_fail(res, DPTP_FAIL, s->rc[0], &s->err[0], "opId broadcast in TP group");
+	/* every member agrees */
+	if (s->rc[1] < 0)
+		dptp_result_fail(res, DPTP_FAIL, s->rc[1], &s->err[1], "opId allgather in TP group");
+	for (int i = 0; s->rc[1] == 0 && s->have && i < tp->size; i++)
+		if (s->all[i] != s->opid && res->status < DPTP_FAIL)
 			dptp_result_set(res, DPTP_FAIL, "TP group %s disagrees on its opId: group rank %d has %llx, this rank %llx",
-					gs, i, (unsigned long long)all[i], (unsigned long long)opid);
-
-	/* 3. unique among the TP groups on this host (and the job's other hosts) */
-	struct opid_rec me = { .host = c->host_of[c->rank], .tp_first = tp->ranks[0], .ok = have, .opid = opid };
-	rc = dptp_xchg_allgather(&c->x, &c->world, &me, sizeof(me), recs, &err);
-	if (rc < 0)
-		dptp_result_fail(res, DPTP_FAIL, rc, &err, "opId allgather over the world");
-	for (int r = 0; rc == 0 && have && r < c->layout.world; r++) {
-		if (!recs[r].ok || recs[r].tp_first == me.tp_first || recs[r].host != me.host ||
-		    recs[r].opid != opid)
+					gs, i, (unsigned long long)s->all[i], (unsigned long long)s->opid);
+	/* unique among the TP groups on this host (and the job's other hosts) */
+	if (s->rc[2] < 0)
+		dptp_result_fail(res, DPTP_FAIL, s->rc[2], &s->err[2], "opId allgather over the world");
+	for (int r = 0; s->rc[2] == 0 && s->have && r < c->layout.world; r++) {
+		const struct opid_rec *o = &s->recs[r];
+		if (!o->ok || o->tp_first == s->me.tp_first || o->host != s->me.host || o->opid != s->opid)
 			continue;
 		if (res->status < DPTP_FAIL)
 			dptp_result_set(res, DPTP_FAIL,
 				"opId %llx is shared by TP groups of ranks %d and %d on host %s: their IPC sockets collide",
-				(unsigned long long)opid, me.tp_first, recs[r].tp_first, c->peers[c->rank].hostname);
+				(unsigned long long)s->opid, s->me.tp_first, o->tp_first, c->peers[c->rank].hostname);
 		break;
 	}
-
-	/* 4. the proof: bind the sockets for real, pass a descriptor that
-	 * names its sender around the group, and see who it came from */
-	bool spans = false;
-	for (int i = 0; i < tp->size; i++)
-		spans |= c->host_of[tp->ranks[i]] != c->host_of[c->rank];
-	struct dptp_ipcsock sock = { .fd = -1 };
-	if (!spans) {
-		rc = dptp_ipcsock_bind(&sock, tp->index, opid, &err);
-		if (rc < 0) {
-			dptp_err_prefix(&err, "global rank %d (TP group %s)", c->rank, gs);
-			dptp_result_fail(res, DPTP_FAIL, rc, &err, "socket");
-		}
-	} else {
-		dptp_ipcsock_name(sock.name, sizeof(sock.name), tp->index, opid);
-	}
-	sock.opid = opid;
-	int myfd = stamp_fd(c->rank);
-	int *in = calloc((size_t)tp->size, sizeof(int));
-	int *inp[1] = { in };
-	rc = in ? dptp_fd_ring(c, tp, tp->index, tp->size, &sock, 1, &myfd, inp, &err) : -ENOMEM;
-	if (rc < 0 && !spans)
-		dptp_result_fail(res, DPTP_FAIL, rc, &err, "descriptor ring");
-	for (int j = 0; in && j < tp->size; j++) {
-		if (in[j] < 0)
+	/* the sockets, and who each descriptor came from */
+	if (s->rc[3] < 0)
+		dptp_result_fail(res, DPTP_FAIL, s->rc[3], &s->err[3], "socket");
+	if (s->rc[4] < 0 && !s->spans)
+		dptp_result_fail(res, DPTP_FAIL, s->rc[4], &s->err[4], "descriptor ring");
+	for (int j = 0; j < tp->size; j++) {
+		if (s->in[j] < 0)
 			continue;
 		int32_t who = -1;
-		if (pread(in[j], &who, sizeof(who), 0) != sizeof(who) || who != tp->ranks[j]) {
-			if (res->status < DPTP_FAIL)
-				dptp_result_set(res, DPTP_FAIL,
-					"the descriptor from group rank %d names global rank %d, expected %d",
-					j, who, tp->ranks[j]);
-		}
-		close(in[j]);
+		if ((pread(s->in[j], &who, sizeof(who), 0) != sizeof(who) || who != tp->ranks[j]) &&
+		    res->status < DPTP_FAIL)
+			dptp_result_set(res, DPTP_FAIL,
+				"the descriptor from group rank %d names global rank %d, expected %d",
+				j, who, tp->ranks[j]);
 	}
-	if (myfd >= 0)
-		close(myfd);
-	dptp_ipcsock_close(&sock);
 	if (res->status == DPTP_PASS)
-		dptp_result_set(res, DPTP_PASS, spans
+		dptp_result_set(res, DPTP_PASS, s->spans
 			? "opId %llx agreed and unique; socket proof skipped: TP group %s spans hosts"
 			: "opId %llx agreed, unique on host, socket '@%s' bound and descriptors came from the right ranks",
-			(unsigned long long)opid, spans ? gs : sock.name);
-	free(in);
-	free(all);
-	free(recs);
+			(unsigned long long)s->opid, s->spans ? gs : s->sock.name);
+}
+
+static void opid_release(struct dptp_ctx *c, void *state)
+{
+	struct state *s = state;
+	for (int j = 0; s->in && j < c->tp.size; j++)
+		if (s->in[j] >= 0)
+			close(s->in[j]);
+	if (s->myfd >= 0)
+		close(s->myfd);
+	dptp_ipcsock_close(&s->sock);
+	free(s->in);
+	free(s->all);
+	free(s->recs);
 }
 
 const struct dptp_check dptp_check_opid = {
 	.name = "opid",
 	.summary = "each TP group's IPC opId is agreed and unique on its host (sockets bound, descriptors passed)",
+	.skip = opid_skip,
+	.state_size = sizeof(struct state),
+	.prepare = opid_prepare,
 	.run = opid_run,
+	.verify = opid_verify,
+	.release = opid_release,
 };

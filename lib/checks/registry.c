@@ -1,15 +1,21 @@
+/* The registry: the one list of checks, in report order. A check's name is
+ * its struct's .name; adding a check is one entry in CHECKS (and its file in
+ * meson.build). */
 #include "checks/check.h"
 
-extern const struct dptp_check dptp_check_broadcast;
-extern const struct dptp_check dptp_check_opid;
-extern const struct dptp_check dptp_check_device_map;
-extern const struct dptp_check dptp_check_fused_allreduce;
-extern const struct dptp_check dptp_check_dispatch;
+#define CHECKS(X) \
+	X(broadcast) \
+	X(opid) \
+	X(device_map) \
+	X(fused_allreduce) \
+	X(dispatch)
 
-const struct dptp_check *const dptp_checks[DPTP_NCHECKS] = {
-	[DPTP_CHECK_BROADCAST] = &dptp_check_broadcast,
-	[DPTP_CHECK_OPID] = &dptp_check_opid,
-	[DPTP_CHECK_DEVICE_MAP] = &dptp_check_device_map,
-	[DPTP_CHECK_FUSED_ALLREDUCE] = &dptp_check_fused_allreduce,
-	[DPTP_CHECK_DISPATCH] = &dptp_check_dispatch,
-};
+#define DECLARE(n) extern const struct dptp_check dptp_check_##n;
+#define ROW(n) &dptp_check_##n,
+CHECKS(DECLARE)
+
+const struct dptp_check *const dptp_checks[] = { CHECKS(ROW) };
+
+const int dptp_nchecks = (int)DPTP_ARRAY_LEN(dptp_checks);
+
+_Static_assert(DPTP_ARRAY_LEN(dptp_checks) <= DPTP_MAX_CHECKS, "--checks is a 32-bit mask");
