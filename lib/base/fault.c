@@ -8,26 +8,31 @@ const struct dptp_fault_desc dptp_faults[DPTP_NFAULTS] = {
 		.name = "bcast-global-src", .check = "broadcast", .bug = 2,
 		.summary = "the exchange backend broadcasts with src = the group-local root, read as a global rank",
 		.symptom = "torch: \"Global rank 0 is not part of group\"; vLLM left the workspace empty and the fused kernel hung",
+		.where = "lib/plane/group.c dptp_xchg_root_src()",
 	},
 	[DPTP_FAULT_OPID_SEEDED] = {
 		.name = "opid-seeded", .check = "opid", .bug = 4,
 		.summary = "TP roots draw the IPC opId from an RNG seeded with --seed in every process",
 		.symptom = "[Errno 98] Address already in use on /tmp/mcastmem-socket-*, or descriptors delivered to the wrong group",
+		.where = "lib/ipc/workspace.c opid_draw()",
 	},
 	[DPTP_FAULT_DEVICE_TP_RANK] = {
 		.name = "device-tp-rank", .check = "device-map", .bug = 3,
 		.summary = "the workspace device (and current device) is taken from tp_rank instead of LOCAL_RANK",
 		.symptom = "NCCL \"Duplicate GPU detected\" or CUBLAS_STATUS_EXECUTION_FAILED in DP replica 1",
+		.where = "lib/ipc/workspace.c dptp_workspace_device()",
 	},
 	[DPTP_FAULT_WORLD_WORKSPACE] = {
 		.name = "world-workspace", .check = "fused-allreduce", .bug = 1,
 		.summary = "the fused-allreduce workspace is exchanged on the WORLD group with rank=tp_rank, size=tp_size",
 		.symptom = "IPC/NCCL errors at start-up with DP+TP (EADDRINUSE, descriptors crossing DP replicas); dp=1 healthy",
+		.where = "lib/checks/fused_allreduce.c fused_setup()",
 	},
 	[DPTP_FAULT_DISPATCH_EP_GROUP] = {
 		.name = "dispatch-ep-group", .check = "dispatch", .bug = 5,
 		.summary = "naive MoE dispatch broadcasts slice idx from EP-group root idx instead of DP-group root idx",
 		.symptom = "DP replica 0's MoE output correct, replica 1's garbage",
+		.where = "lib/checks/dispatch.c dispatch_run()",
 	},
 };
 

@@ -1,6 +1,22 @@
 /* The named fault injections. Each one changes exactly the decision the real
  * bug got wrong (which group, which index, which seed, which device) at the
- * place the real code made it; nothing here touches a verdict. */
+ * place the real code made it; nothing here touches a verdict.
+ *
+ * Where each fault acts -- the one function that makes its decision (the
+ * context, lib/checks/ctx.c, only hands the flag to the instance it builds):
+ *
+ *   fault               bug  acts in
+ *   bcast-global-src     2   lib/plane/group.c        dptp_xchg_root_src()
+ *                            (flag: dptp_exchange.root_as_global)
+ *   opid-seeded          4   lib/ipc/workspace.c      opid_draw(), in dptp_opid_agree()
+ *                            (flag: dptp_ipc_job.opid_seeded)
+ *   device-tp-rank       3   lib/ipc/workspace.c      dptp_workspace_device()
+ *                            (flag: dptp_ipc_job.device_from_tp_rank)
+ *   world-workspace      1   lib/checks/fused_allreduce.c  fused_setup()
+ *   dispatch-ep-group    5   lib/checks/dispatch.c    dispatch_run()
+ *
+ * The same text is each row's `where` below (tests/test_fault.c checks that
+ * the function it names exists in that file). */
 #ifndef DPTP_LIB_FAULT_H
 #define DPTP_LIB_FAULT_H
 
@@ -24,6 +40,7 @@ struct dptp_fault_desc {
 	int bug;             /* number in reference/BUGS.md */
 	const char *summary; /* what the code does wrong */
 	const char *symptom; /* what the real bug looked like */
+	const char *where;   /* "file function()": the one place it acts */
 };
 
 extern const struct dptp_fault_desc dptp_faults[DPTP_NFAULTS];

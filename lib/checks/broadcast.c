@@ -81,13 +81,13 @@ static void broadcast_run(struct dptp_ctx *c, void *state, int round, struct dpt
 		if (c->rank == o->want)
 			o->got = (struct stamp){ .global_rank = c->rank, .kind = o->g->kind, .root = o->root,
 						 .nonce = nonce_of(c, o->g->kind, o->root, c->rank) };
-		o->orc = dptp_xchg_bcast_root(&c->x, o->g, o->root, &o->got, sizeof(o->got), c->p.faults, &o->oerr);
+		o->orc = dptp_xchg_bcast_root(&c->x, o->g, o->root, &o->got, sizeof(o->got), &o->oerr);
 		/* data plane: a buffer whose every word names the root */
 		for (int i = 0; i < DATA_WORDS; i++)
 			o->words[i] = c->rank == o->want ? word_of(c, o, i) : 0xdeadbeefu;
 		c->comm->ops->upload(c->comm, s->data, o->words, sizeof(o->words));
 		o->brc = dptp_xchg_bcast_buf(&c->x, c->comm, o->g, o->root, s->data, sizeof(o->words),
-					     c->p.faults, &o->berr);
+					     &o->berr);
 		if (o->brc == 0)
 			c->comm->ops->download(c->comm, o->words, s->data, sizeof(o->words));
 	}

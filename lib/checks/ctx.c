@@ -54,7 +54,7 @@ int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dpt
 	c->rank = b->rank;
 	DPTP_TRY(dptp_layout_init(&c->layout, b->size, p->dp, p->pp, p->tp, err));
 	c->me = dptp_layout_coord(&c->layout, c->rank);
-	dptp_exchange_init(&c->x, b);
+	dptp_exchange_init(&c->x, b, dptp_fault_on(p->faults, DPTP_FAULT_BCAST_GLOBAL_SRC));
 	c->x.deadline = dptp_now() + p->timeout;
 
 	int world = b->size;
@@ -82,6 +82,11 @@ int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dpt
 		dptp_err_prefix(err, "learning the peers");
 		return rc;
 	}
+	c->ipc = (struct dptp_ipc_job){
+		.x = &c->x, .rank = c->rank, .world = world, .peers = c->peers, .tp_rank = c->me.tp,
+		.opid_seeded = dptp_fault_on(p->faults, DPTP_FAULT_OPID_SEEDED), .seed = p->seed,
+		.device_from_tp_rank = dptp_fault_on(p->faults, DPTP_FAULT_DEVICE_TP_RANK),
+	};
 	for (int r = 0; r < world; r++) {
 		c->peers[r].hostname[sizeof(me.hostname) - 1] = 0;
 		int h = -1;

@@ -9,8 +9,9 @@
 #include "plane/comm.h"
 #include "base/dtype.h"
 #include "base/fault.h"
-#include "plane/group.h"
 #include "base/layout.h"
+#include "ipc/workspace.h"
+#include "plane/group.h"
 
 struct dptp_params {
 	int dp, pp, tp;          /* 0 = derive */
@@ -21,15 +22,6 @@ struct dptp_params {
 	double timeout;          /* per check, seconds */
 	dptp_fault_set faults;
 	bool cuda;               /* data plane on GPUs */
-};
-
-/* What every rank knows about every other, from one allgather at start. */
-struct dptp_peer {
-	int32_t host;            /* dense host index (ranks sharing memory) */
-	int32_t local_rank;
-	int32_t pid;
-	int32_t device;          /* device this rank would use (-1 unknown) */
-	char hostname[64];
 };
 
 struct dptp_ctx {
@@ -44,6 +36,7 @@ struct dptp_ctx {
 	int *host_of;             /* [world] */
 	int nhosts;
 	struct dptp_group tp, pp, dp, ep, world;
+	struct dptp_ipc_job ipc;  /* what the IPC workspaces borrow of this */
 };
 
 /* Collective. Validates the layout against the world (-EINVAL naming the

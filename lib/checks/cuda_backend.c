@@ -258,7 +258,7 @@ void dptp_gpu_workspace_destroy(struct dptp_gpu_workspace *ws)
 	free(ws);
 }
 
-int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, struct dptp_ctx *c,
+int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, const struct dptp_ipc_job *job,
 			      const struct dptp_group *xg, int rank, int size, size_t max_bytes,
 			      enum dptp_dtype dt, struct dptp_err *err)
 {
@@ -276,16 +276,16 @@ int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, struct dptp_ctx *
 		rc = dptp_err_set(err, -EINVAL, "TP size %d: the fused kernels support 1, 2, 4 and 8 ranks", size);
 
 	/* the root draws the opId and broadcasts it in the exchange group */
-	uint64_t opid = rank == 0 ? dptp_opid_draw(c) : 0;
-	int r = dptp_xchg_bcast_root(&c->x, xg, 0, &opid, sizeof(opid), c->p.faults, &e);
+	uint64_t opid;
+	int r = dptp_opid_agree(job, xg, rank, &opid, &e);
 	if (r < 0)
 		dptp_err_prefix(&e, "opId broadcast");
 	dptp_err_keep(&rc, err, r, &e);
 
 	/* memory on the workspace's device, which it also makes current */
-	ws->ordinal = dptp_workspace_device(c);
-	for (int q = 0; q < c->layout.world; q++)
-		ws->sharing += c->host_of[q] == c->host_of[c->rank] && c->peers[q].device == c->peers[c->rank].device;
+	ws->ordinal = dptp_workspace_device(job);
+	for (int q = 0; q < job->world; q++)
+		ws->sharing += job->peers[q].host == job->peers[job->rank].host && job->peers[q].device == job->peers[job->rank].device;
 	int fd = -1;
 	if (rc == 0)
 		dptp_err_keep(&rc, err, dptp_cuda_set_device(ws->ordinal, &e), &e);
@@ -298,13 +298,13 @@ int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, struct dptp_ctx *
 	}
 	r = dptp_ipcsock_bind(&ws->sock, rank, opid, &e);
 	if (r < 0)
-		dptp_err_prefix(&e, "global rank %d (group rank %d of %d)", c->rank, rank, size);
+		dptp_err_prefix(&e, "global rank %d (group rank %d of %d)", job->rank, rank, size);
 	dptp_err_keep(&rc, err, r, &e);
 
 	int in[DPTP_AR_MAX_RANKS + 1];
 	int *inp[1] = { in };
 	int n = size >= 1 && size <= DPTP_AR_MAX_RANKS ? size : 1;
-	dptp_err_keep(&rc, err, dptp_fd_ring(c, xg, rank, n, &ws->sock, 1, &fd, inp, &e), &e);
+	dptp_err_keep(&rc, err, dptp_fd_ring(job, xg, rank, n, &ws->sock, 1, &fd, inp, &e), &e);
 	if (fd >= 0)
 		close(fd);
 	void *bufs[DPTP_AR_MAX_RANKS] = {0};
@@ -343,7 +343,7 @@ int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, struct dptp_ctx *
 		dptp_err_keep(&rc, err, dptp_cuda_malloc(&ws->d_gamma, 65536 * 4, &e), &e);
 	}
 	/* every rank's buffer is initialised before anyone's first call */
-	dptp_err_keep(&rc, err, dptp_xchg_barrier(&c->x, xg, &e), &e);
+	dptp_err_keep(&rc, err, dptp_xchg_barrier(job->x, xg, &e), &e);
 	if (rc < 0) {
 		dptp_gpu_workspace_destroy(ws);
 		return rc;
@@ -455,7 +455,7 @@ int dptp_cuda_bench(struct dptp_ctx *c, const int *tokens, int ntokens, const in
 		size_t max_bytes = (size_t)maxtok * (size_t)h * esz;
 		struct dptp_gpu_workspace *ws = NULL;
 		struct dptp_err e = {0};
-		int r = dptp_gpu_workspace_create(&ws, c, tp, tp->index, tp->size, max_bytes, dt, &e);
+		int r = dptp_gpu_workspace_create(&ws, &c->ipc, tp, tp->index, tp->size, max_bytes, dt, &e);
 		if (r < 0) {
 			dptp_err_keep(&rc, err, r, &e);
 			break;
@@ -568,7 +568,7 @@ int dptp_cuda_nccl_probe(struct dptp_ctx *c, const struct dptp_group *g, struct 
 	dptp_xchg_barrier(&c->x, g, NULL); /* lockstep */
 	return no_cuda(err);
 }
-int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, struct dptp_ctx *c,
+int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, const struct dptp_ipc_job *job,
 			      const struct dptp_group *xg, int rank, int size, size_t max_bytes,
 			      enum dptp_dtype dt, struct dptp_err *err)
 {

@@ -29,7 +29,7 @@ struct dptp_gpu_workspace;
 /* Collective over xg (lockstep): a cuMem buffer on the current device,
  * exported as a POSIX fd and passed around xg through the opId's socket,
  * imported and mapped by the peers, then the fused-allreduce state. */
-int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, struct dptp_ctx *c,
+int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, const struct dptp_ipc_job *job,
 			      const struct dptp_group *xg, int rank, int size, size_t max_bytes,
 			      enum dptp_dtype dt, struct dptp_err *err);
 void dptp_gpu_workspace_destroy(struct dptp_gpu_workspace *ws);

@@ -66,7 +66,7 @@ static void device_map_run(struct dptp_ctx *c, void *state, int round, struct dp
 	bool cuda = c->p.cuda;
 	/* the device the workspace code path selects (and, on GPUs, makes
 	 * current) -- from LOCAL_RANK, or from tp_rank under the fault */
-	s->ordinal = dptp_workspace_device(c);
+	s->ordinal = dptp_workspace_device(&c->ipc);
 	struct devrec *me = &s->me;
 	*me = (struct devrec){
 		.host = c->host_of[c->rank],

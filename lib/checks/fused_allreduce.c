@@ -126,8 +126,8 @@ static void fused_setup(struct dptp_ctx *c, struct state *s, struct dptp_check_r
 		s->spans |= c->host_of[r] != c->host_of[r - r % c->layout.tp];
 	s->use_ws = (tp->size > 1 || cuda) && !s->spans;
 	if (s->use_ws) {
-		rc = cuda ? dptp_gpu_workspace_create(&s->gws, c, xg, ws_rank, ws_size, nmax * esz, dt, &err)
-			  : dptp_workspace_create(&s->ws, c, xg, ws_rank, ws_size, nmax * esz, dt, &err);
+		rc = cuda ? dptp_gpu_workspace_create(&s->gws, &c->ipc, xg, ws_rank, ws_size, nmax * esz, dt, &err)
+			  : dptp_workspace_create(&s->ws, &c->ipc, xg, ws_rank, ws_size, nmax * esz, dt, &err);
 		if (rc < 0)
 			dptp_result_fail(res, DPTP_FAIL, rc, &err, "workspace");
 	}

@@ -72,8 +72,7 @@ static void opid_run(struct dptp_ctx *c, void *state, int round, struct dptp_che
 	struct state *s = state;
 	const struct dptp_group *tp = &c->tp;
 	/* 1. the TP root draws the opId and broadcasts it in its group */
-	s->opid = tp->index == 0 ? dptp_opid_draw(c) : 0;
-	s->rc[0] = dptp_xchg_bcast_root(&c->x, tp, 0, &s->opid, sizeof(s->opid), c->p.faults, &s->err[0]);
+	s->rc[0] = dptp_opid_agree(&c->ipc, tp, tp->index, &s->opid, &s->err[0]);
 	s->have = s->rc[0] == 0;
 	/* 2. every member's opId */
 	s->rc[1] = dptp_xchg_allgather(&c->x, tp, &s->opid, sizeof(s->opid), s->all, &s->err[1]);
@@ -98,7 +97,7 @@ static void opid_run(struct dptp_ctx *c, void *state, int round, struct dptp_che
 	s->sock.opid = s->opid;
 	s->myfd = stamp_fd(c->rank);
 	int *inp[1] = { s->in };
-	s->rc[4] = dptp_fd_ring(c, tp, tp->index, tp->size, &s->sock, 1, &s->myfd, inp, &s->err[4]);
+	s->rc[4] = dptp_fd_ring(&c->ipc, tp, tp->index, tp->size, &s->sock, 1, &s->myfd, inp, &s->err[4]);
 }
 
 static void opid_verify(struct dptp_ctx *c, void *state, int round, struct dptp_check_result *res)

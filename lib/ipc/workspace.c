@@ -10,25 +10,32 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t dptp_opid_draw(const struct dptp_ctx *c)
+static uint64_t opid_draw(const struct dptp_ipc_job *job)
 {
-	if (dptp_fault_on(c->p.faults, DPTP_FAULT_OPID_SEEDED)) {
+	if (job->opid_seeded) {
 		/* bug 4: random.randint(0, 2**64-1) from the process-global RNG,
 		 * which vLLM seeds with the same seed in every worker */
-		uint64_t state = c->p.seed;
+		uint64_t state = job->seed;
 		return dptp_mix64(state);
 	}
 	uint64_t r = 0;
 	if (dptp_entropy(&r, sizeof(r)) < 0)
 		r = dptp_mix64((uint64_t)getpid() ^ (uint64_t)(dptp_now() * 1e9));
-	return (r & ~(uint64_t)0xffff) | (uint64_t)(c->rank & 0xffff);
+	return (r & ~(uint64_t)0xffff) | (uint64_t)(job->rank & 0xffff);
 }
 
-int dptp_workspace_device(const struct dptp_ctx *c)
+int dptp_opid_agree(const struct dptp_ipc_job *job, const struct dptp_group *g, int index,
+		    uint64_t *opid, struct dptp_err *err)
 {
-	if (dptp_fault_on(c->p.faults, DPTP_FAULT_DEVICE_TP_RANK))
-		return c->me.tp; /* bug 3: cuda:tp_rank */
-	return c->peers[c->rank].device;
+	*opid = index == 0 ? opid_draw(job) : 0;
+	return dptp_xchg_bcast_root(job->x, g, 0, opid, sizeof(*opid), err);
+}
+
+int dptp_workspace_device(const struct dptp_ipc_job *job)
+{
+	if (job->device_from_tp_rank)
+		return job->tp_rank; /* bug 3: cuda:tp_rank */
+	return job->peers[job->rank].device;
 }
 
 static int memfd_buffer(size_t bytes, const char *name, int *fd, void **map, struct dptp_err *err)
@@ -67,7 +74,7 @@ static void lamport_clear(void *buf, size_t bytes, enum dptp_dtype dt)
 }
 
 
-int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int size,
+int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, int rank, int size,
 		 struct dptp_ipcsock *socks, int nsocks, const int *my_fds, int **in_fds,
 		 struct dptp_err *err)
 {
@@ -80,13 +87,13 @@ int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int 
 		for (int j = 0; j < size; j++)
 			in_fds[s][j] = -1;
 	/* everyone has bound its sockets */
-	dptp_err_keep(&rc, err, dptp_xchg_barrier(&c->x, xg, &e), &e);
+	dptp_err_keep(&rc, err, dptp_xchg_barrier(job->x, xg, &e), &e);
 	for (int i = 0; i < size; i++) {
 		int to = (rank + i) % size, from = (rank - i + size) % size;
 		int32_t ok = 1;
 		for (int s = 0; s < nsocks; s++) {
 			struct dptp_ipc_msg m = {
-				.magic = DPTP_IPC_MAGIC, .global_rank = c->rank,
+				.magic = DPTP_IPC_MAGIC, .global_rank = job->rank,
 				.group_rank = rank, .buffer = s, .opid = socks[s].opid,
 			};
 			int r = socks[s].fd < 0 ? dptp_err_set(&e, -EBADF, "socket '@%s' is not bound", socks[s].name)
@@ -99,7 +106,7 @@ int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int 
 		}
 		/* a datagram is queued at its receiver when sendmsg returns: after
 		 * this round everything that was sent can be read without waiting */
-		int r = dptp_xchg_allgather(&c->x, xg, &ok, sizeof(ok), sent, &e);
+		int r = dptp_xchg_allgather(job->x, xg, &ok, sizeof(ok), sent, &e);
 		dptp_err_keep(&rc, err, r, &e);
 		if (r < 0)
 			continue;
@@ -125,15 +132,15 @@ int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int 
 				continue;
 			}
 			bool good = m.global_rank == want && m.buffer == s && uid == getuid() &&
-				    want >= 0 && want < c->layout.world && pid == c->peers[want].pid;
+				    want >= 0 && want < job->world && pid == job->peers[want].pid;
 			if (!good) {
-				int g = m.global_rank >= 0 && m.global_rank < c->layout.world ? m.global_rank : -1;
+				int g = m.global_rank >= 0 && m.global_rank < job->world ? m.global_rank : -1;
 				dptp_err_keep(&rc, err, dptp_err_set(&e, -EXDEV,
 					"buffer %d: '@%s' received a descriptor from global rank %d (pid %ld, group rank %d, "
 					"TP group of rank %d) where group rank %d = global rank %d (pid %ld) was expected: "
 					"a descriptor crossed groups",
 					s, socks[s].name, m.global_rank, (long)pid, m.group_rank, g, from, want,
-					(long)c->peers[want].pid), &e);
+					(long)job->peers[want].pid), &e);
 				close(fd);
 				continue;
 			}
@@ -141,7 +148,7 @@ int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int 
 		}
 	}
 	/* descriptors that came from elsewhere */
-	dptp_err_keep(&rc, err, dptp_xchg_barrier(&c->x, xg, &e), &e);
+	dptp_err_keep(&rc, err, dptp_xchg_barrier(job->x, xg, &e), &e);
 	for (int s = 0; s < nsocks; s++) {
 		if (socks[s].fd < 0)
 			continue;
@@ -161,7 +168,7 @@ int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int 
 	return rc;
 }
 
-int dptp_workspace_create(struct dptp_workspace *ws, struct dptp_ctx *c,
+int dptp_workspace_create(struct dptp_workspace *ws, const struct dptp_ipc_job *job,
 			  const struct dptp_group *xg, int rank, int size, size_t slot_bytes,
 			  enum dptp_dtype dt, struct dptp_err *err)
 {
@@ -180,8 +187,8 @@ int dptp_workspace_create(struct dptp_workspace *ws, struct dptp_ctx *c,
 	struct dptp_err e = {0};
 
 	/* the root draws the opId and broadcasts it in the exchange group */
-	uint64_t opid = rank == 0 ? dptp_opid_draw(c) : 0;
-	dptp_err_keep(&rc, err, dptp_xchg_bcast_root(&c->x, xg, 0, &opid, sizeof(opid), c->p.faults, &e), &e);
+	uint64_t opid;
+	dptp_err_keep(&rc, err, dptp_opid_agree(job, xg, rank, &opid, &e), &e);
 	if (rc < 0)
 		dptp_err_prefix(err, "opId broadcast");
 	ws->opid = opid;
@@ -208,10 +215,10 @@ int dptp_workspace_create(struct dptp_workspace *ws, struct dptp_ctx *c,
 	for (int b = 0; b < DPTP_WS_NBUF; b++) {
 		int r = dptp_ipcsock_bind(&ws->socks[b], rank, opid + (uint64_t)b, &e);
 		if (r < 0)
-			dptp_err_prefix(&e, "global rank %d (group rank %d of %d)", c->rank, rank, size);
+			dptp_err_prefix(&e, "global rank %d (group rank %d of %d)", job->rank, rank, size);
 		dptp_err_keep(&rc, err, r, &e);
 	}
-	dptp_err_keep(&rc, err, dptp_fd_ring(c, xg, rank, size, ws->socks, DPTP_WS_NBUF, ws->fds, in, &e), &e);
+	dptp_err_keep(&rc, err, dptp_fd_ring(job, xg, rank, size, ws->socks, DPTP_WS_NBUF, ws->fds, in, &e), &e);
 	for (int b = 0; b < DPTP_WS_NBUF; b++) {
 		for (int j = 0; j < size; j++) {
 			if (j == rank) {

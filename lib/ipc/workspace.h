@@ -5,8 +5,8 @@
 #ifndef DPTP_LIB_WORKSPACE_H
 #define DPTP_LIB_WORKSPACE_H
 
-#include "checks/ctx.h"
 #include "ipc/ipcsock.h"
+#include "plane/group.h"
 
 #define DPTP_WS_NBUF 3
 
@@ -24,14 +24,29 @@ struct dptp_workspace {
 	unsigned calls;
 };
 
-/* Draws an opId the fixed way (OS entropy, low 16 bits = global rank, so no
- * two TP roots of a job and no two jobs collide) or, with the opid-seeded
- * fault, from an RNG seeded with `seed` as vLLM seeds every worker. */
-uint64_t dptp_opid_draw(const struct dptp_ctx *c);
+/* What the IPC code borrows of the job (filled by the context). */
+struct dptp_ipc_job {
+	struct dptp_exchange *x;        /* the exchange backend workspaces are built with */
+	int rank, world;                /* global */
+	const struct dptp_peer *peers;  /* [world]: host, pid, device */
+	int tp_rank;
+	bool opid_seeded;               /* bug 4: see dptp_opid_agree() */
+	uint64_t seed;                  /* ... and its RNG seed */
+	bool device_from_tp_rank;       /* bug 3: see dptp_workspace_device() */
+};
 
-/* Which device the workspace allocates on and makes current: the current
- * device (from LOCAL_RANK), or tp_rank under the device-tp-rank fault. */
-int dptp_workspace_device(const struct dptp_ctx *c);
+/* Collective over g (lockstep): the group's opId. The member at index 0
+ * draws it -- the fixed way from OS entropy, low 16 bits = global rank, so no
+ * two TP roots of a job and no two jobs collide; or, with opid_seeded (bug 4,
+ * the one place it acts), from an RNG seeded with `seed` as vLLM seeds every
+ * worker -- and broadcasts it in g with dptp_xchg_bcast_root(). */
+int dptp_opid_agree(const struct dptp_ipc_job *job, const struct dptp_group *g, int index,
+		    uint64_t *opid, struct dptp_err *err);
+
+/* Which device the workspace allocates on and makes current: this rank's
+ * device (from LOCAL_RANK), or with device_from_tp_rank (bug 3, the one place
+ * it acts) its tp_rank. */
+int dptp_workspace_device(const struct dptp_ipc_job *job);
 
 /* Passes one descriptor per socket around xg: for i in 0..size-1: send own
  * fds to (rank+i)%size, learn who sent, receive from (rank-i)%size. Checks
@@ -39,13 +54,13 @@ int dptp_workspace_device(const struct dptp_ctx *c);
  * and reports extra or missing descriptors. in_fds[s][j] receive peer j's
  * descriptor for socket s (-1 when none). Collective (lockstep). Returns 0,
  * or the first problem (the ring always runs to the end). */
-int dptp_fd_ring(struct dptp_ctx *c, const struct dptp_group *xg, int rank, int size,
+int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, int rank, int size,
 		 struct dptp_ipcsock *socks, int nsocks, const int *my_fds, int **in_fds,
 		 struct dptp_err *err);
 
 /* Collective over xg. rank/size are what the caller believes (correct:
  * xg->index, xg->size). */
-int dptp_workspace_create(struct dptp_workspace *ws, struct dptp_ctx *c,
+int dptp_workspace_create(struct dptp_workspace *ws, const struct dptp_ipc_job *job,
 			  const struct dptp_group *xg, int rank, int size, size_t slot_bytes,
 			  enum dptp_dtype dt, struct dptp_err *err);
 void dptp_workspace_release(struct dptp_workspace *ws);

@@ -20,13 +20,9 @@ void dptp_comm_destroy(struct dptp_comm *c)
 }
 
 int dptp_xchg_bcast_buf(struct dptp_exchange *x, struct dptp_comm *c, const struct dptp_group *g,
-			int root, void *buf, size_t bytes, dptp_fault_set faults, struct dptp_err *err)
+			int root, void *buf, size_t bytes, struct dptp_err *err)
 {
-	int src;
-	if (dptp_fault_on(faults, DPTP_FAULT_BCAST_GLOBAL_SRC))
-		src = root; /* bug 2: the group-local root handed over as a global rank */
-	else
-		src = g->ranks[root >= 0 && root < g->size ? root : 0];
+	int src = dptp_xchg_root_src(x, g, root);
 	int idx = dptp_group_index_of(g, src);
 	/* torch refuses a source outside the group; the rounds still run so
 	 * that every rank stays in lockstep */

@@ -44,10 +44,11 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 			  size_t capacity, struct dptp_err *err);
 void dptp_comm_destroy(struct dptp_comm *c);
 
-/* The exchange backend's buffer broadcast from a group-local root (see
- * dptp_xchg_bcast_root): the bcast-global-src fault lives here too. */
+/* The exchange backend's buffer broadcast from a group-local root, on the
+ * data plane c, with the source from dptp_xchg_root_src() (as
+ * dptp_xchg_bcast_root). */
 int dptp_xchg_bcast_buf(struct dptp_exchange *x, struct dptp_comm *c, const struct dptp_group *g,
-			int root, void *buf, size_t bytes, dptp_fault_set faults, struct dptp_err *err);
+			int root, void *buf, size_t bytes, struct dptp_err *err);
 
 /* Sum of n buffers of count elements in rank order, fp32 accumulation,
  * rounded once to dt. Shared by every backend's reference path. */

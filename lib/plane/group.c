@@ -59,11 +59,19 @@ void dptp_group_format(const struct dptp_group *g, char *buf, size_t n)
 		snprintf(buf + off, n - off, "]");
 }
 
-void dptp_exchange_init(struct dptp_exchange *x, struct dptp_bootstrap *b)
+void dptp_exchange_init(struct dptp_exchange *x, struct dptp_bootstrap *b, bool root_as_global)
 {
 	memset(x, 0, sizeof(*x));
 	x->b = b;
 	x->deadline = dptp_now() + 3600;
+	x->root_as_global = root_as_global;
+}
+
+int dptp_xchg_root_src(const struct dptp_exchange *x, const struct dptp_group *g, int root)
+{
+	if (x->root_as_global)
+		return root; /* bug 2: the group-local root handed over as a global rank */
+	return g->ranks[root >= 0 && root < g->size ? root : 0];
 }
 
 static void key_of(char *key, size_t n, uint64_t seq)
@@ -124,14 +132,9 @@ int dptp_xchg_bcast(struct dptp_exchange *x, const struct dptp_group *g, int src
 }
 
 int dptp_xchg_bcast_root(struct dptp_exchange *x, const struct dptp_group *g, int root,
-			 void *buf, size_t len, dptp_fault_set faults, struct dptp_err *err)
+			 void *buf, size_t len, struct dptp_err *err)
 {
-	int src;
-	if (dptp_fault_on(faults, DPTP_FAULT_BCAST_GLOBAL_SRC))
-		src = root; /* bug 2: the group-local root handed over as a global rank */
-	else
-		src = g->ranks[root >= 0 && root < g->size ? root : 0];
-	return dptp_xchg_bcast(x, g, src, buf, len, err);
+	return dptp_xchg_bcast(x, g, dptp_xchg_root_src(x, g, root), buf, len, err);
 }
 
 int dptp_xchg_allgather(struct dptp_exchange *x, const struct dptp_group *g,

@@ -17,7 +17,6 @@
 #include <stdbool.h>
 
 #include "bootstrap/bootstrap.h"
-#include "base/fault.h"
 #include "base/layout.h"
 
 struct dptp_group {
@@ -39,23 +38,39 @@ int dptp_group_index_of(const struct dptp_group *g, int global);
 /* "[2, 3]" */
 void dptp_group_format(const struct dptp_group *g, char *buf, size_t n);
 
+/* What every rank knows about every other, from one allgather at start. */
+struct dptp_peer {
+	int32_t host;            /* dense host index (ranks sharing memory) */
+	int32_t local_rank;
+	int32_t pid;
+	int32_t device;          /* device this rank would use (-1 unknown) */
+	char hostname[64];
+};
+
 struct dptp_exchange {
 	struct dptp_bootstrap *b;
 	uint64_t seq;
 	double deadline;  /* absolute dptp_now() time; ops fail with -ETIMEDOUT after it */
 	bool broken;      /* a fence timed out: lockstep is lost, later ops fail fast */
+	bool root_as_global; /* bug 2's backend: see dptp_xchg_root_src() */
 };
 
-void dptp_exchange_init(struct dptp_exchange *x, struct dptp_bootstrap *b);
+/* root_as_global makes this instance the buggy backend of bug 2 (in the real
+ * stack the buggy backend is a different object from the coordinator). */
+void dptp_exchange_init(struct dptp_exchange *x, struct dptp_bootstrap *b, bool root_as_global);
+
+/* The source rank a broadcast from group-local root `root` uses: the root's
+ * global rank -- or, in the root_as_global backend, root itself read as a
+ * global rank (bug 2, the one place it acts). */
+int dptp_xchg_root_src(const struct dptp_exchange *x, const struct dptp_group *g, int root);
 
 /* Torch-style broadcast of len bytes from global rank src to the members of g. */
 int dptp_xchg_bcast(struct dptp_exchange *x, const struct dptp_group *g, int src_global,
 		    void *buf, size_t len, struct dptp_err *err);
-/* flashinfer-style broadcast from a group-local root. Converts the root with
- * dptp_group_to_global() — unless the bcast-global-src fault is on, in which
- * case it passes root as the global rank, as the real bug did. */
+/* flashinfer-style broadcast from a group-local root, with the source from
+ * dptp_xchg_root_src(). */
 int dptp_xchg_bcast_root(struct dptp_exchange *x, const struct dptp_group *g, int root,
-			 void *buf, size_t len, dptp_fault_set faults, struct dptp_err *err);
+			 void *buf, size_t len, struct dptp_err *err);
 /* out receives g->size * len bytes in group order. */
 int dptp_xchg_allgather(struct dptp_exchange *x, const struct dptp_group *g,
 			const void *mine, size_t len, void *out, struct dptp_err *err);
