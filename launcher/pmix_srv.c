@@ -1,6 +1,7 @@
 /* The launcher's PMIx server (see pmix_srv.h). */
 #include "pmix_srv.h"
 #include "logs.h"
+#include "pmix_srv_cleanup.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-enum ev_type { EV_OPDONE, EV_FENCE, EV_CONNECTED, EV_FINALIZED, EV_ABORT, EV_DMODEX, EV_DMODEX_LOCAL };
+enum ev_type {
+	EV_OPDONE, EV_FENCE, EV_CONNECTED, EV_FINALIZED, EV_ABORT, EV_DMODEX, EV_DMODEX_LOCAL,
+	EV_NOTE, EV_CLEANUP, EV_QUERY
+};
 
 /* One upcall, captured on the PMIx thread, completed on the main thread. */
 struct srv_event {
@@ -30,6 +34,20 @@ struct srv_event {
 	pmix_proc_t *procs;
 	size_t nprocs;
 	void *token; /* EV_DMODEX_LOCAL */
+	/* EV_NOTE: msg goes to stderr (data, when set, to stdout), then opcb */
+	/* EV_CLEANUP: msg files, data dirs, flags, ignore; then infocb */
+	unsigned flags;
+	char *ignore;
+	pmix_info_cbfunc_t infocb;
+	pmix_query_t *queries; /* EV_QUERY */
+	size_t nqueries;
+};
+
+struct pmix_srv_proc {
+	enum pmix_srv_client state;
+	bool started, exited;
+	pid_t pid;
+	int exitcode;
 };
 
 /* A fence handed to the sink: the event itself. */
@@ -208,7 +226,177 @@ int pmix_srv_dmodex_local(struct pmix_srv *s, unsigned rank, void *token)
 	return PMIx_server_dmodex_request(&proc, dmodex_local_cb, token) == PMIX_SUCCESS ? 0 : -EIO;
 }
 
+static bool key_is(const pmix_info_t *i, const char *key)
+{
+	return !strncmp(i->key, key, PMIX_MAX_KEYLEN);
+}
+
+static bool info_true(const pmix_info_t *i)
+{
+	return i->value.type != PMIX_BOOL || i->value.data.flag;
+}
+
+static const char *info_str(const pmix_info_t *i)
+{
+	return i->value.type == PMIX_STRING && i->value.data.string ? i->value.data.string : NULL;
+}
+
+/* dptp-run starts no processes on request: the caller gets NOT_SUPPORTED
+ * at once (every other rank's PMIx call is its own), and the user a line
+ * naming who asked for what. */
+static pmix_status_t up_spawn(const pmix_proc_t *proc, const pmix_info_t job_info[], size_t ninfo,
+	const pmix_app_t apps[], size_t napps, pmix_spawn_cbfunc_t cbfunc, void *cbdata)
+{
+	(void)job_info;
+	(void)ninfo;
+	(void)cbfunc;
+	(void)cbdata;
+	struct srv_event *ev = ev_new(EV_NOTE);
+	if (ev && asprintf(&ev->msg, "dptp-run: error: rank %u asked to spawn '%s' (PMIx_Spawn, MPI_Comm_spawn): "
+		"dptp-run starts no processes on request; refused", proc->rank, napps && apps[0].cmd ? apps[0].cmd : "?") >= 0)
+		post(ev);
+	else
+		free(ev);
+	return PMIX_ERR_NOT_SUPPORTED;
+}
+
+/* PMIx_Job_control: the cleanup directives only (files and directories to
+ * remove when the job ends); kill, signal, pause, checkpoint and the other
+ * controls are not supported. */
+static pmix_status_t up_job_control(const pmix_proc_t *requestor, const pmix_proc_t targets[], size_t ntargets,
+	const pmix_info_t directives[], size_t ndirs, pmix_info_cbfunc_t cbfunc, void *cbdata)
+{
+	struct srv_event *ev;
+	const char *files = NULL, *dirs = NULL, *ignore = NULL;
+	unsigned flags = 0;
+	(void)targets;
+	(void)ntargets;
+	for (size_t i = 0; i < ndirs; i++) {
+		const pmix_info_t *d = &directives[i];
+		if (key_is(d, PMIX_REGISTER_CLEANUP))
+			files = info_str(d);
+		else if (key_is(d, PMIX_REGISTER_CLEANUP_DIR))
+			dirs = info_str(d);
+		else if (key_is(d, PMIX_CLEANUP_IGNORE))
+			ignore = info_str(d);
+		else if (key_is(d, PMIX_CLEANUP_RECURSIVE))
+			flags |= info_true(d) ? CLEANUP_RECURSIVE : 0;
+		else if (key_is(d, PMIX_CLEANUP_EMPTY))
+			flags |= info_true(d) ? CLEANUP_EMPTY : 0;
+		else if (key_is(d, PMIX_CLEANUP_LEAVE_TOPDIR))
+			flags |= info_true(d) ? CLEANUP_LEAVE_TOP : 0;
+		else if (!key_is(d, PMIX_JOB_CTRL_ID) && !(d->flags & PMIX_INFO_REQD) && !info_true(d))
+			continue; /* a control switched off */
+		else if (!key_is(d, PMIX_JOB_CTRL_ID))
+			return PMIX_ERR_NOT_SUPPORTED;
+	}
+	if (!files && !dirs)
+		return PMIX_ERR_BAD_PARAM;
+	if (!(ev = ev_new(EV_CLEANUP)))
+		return PMIX_ERR_NOMEM;
+	ev->proc = *requestor;
+	ev->msg = files ? strdup(files) : NULL;
+	ev->data = dirs ? strdup(dirs) : NULL;
+	ev->ignore = ignore ? strdup(ignore) : NULL;
+	ev->flags = flags;
+	ev->infocb = cbfunc;
+	ev->cbdata = cbdata;
+	post(ev);
+	return PMIX_SUCCESS;
+}
+
+static const char *log_keys[][2] = {
+	{PMIX_LOG_STDERR, "stderr"}, {PMIX_LOG_STDOUT, "stdout"}, {PMIX_LOG_SYSLOG, "syslog"},
+	{PMIX_LOG_LOCAL_SYSLOG, "syslog"}, {PMIX_LOG_GLOBAL_SYSLOG, "syslog"}, {PMIX_LOG_MSG, "log"},
+};
+
+/* PMIx_Log: every string entry becomes a line on the launcher's stderr
+ * ("[rank N] stderr: ..."), stdout entries on its stdout. Others (email,
+ * a job record) are not supported. */
+static void up_log(const pmix_proc_t *client, const pmix_info_t data[], size_t ndata, const pmix_info_t directives[],
+	size_t ndirs, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+	struct srv_event *ev = ev_new(EV_NOTE);
+	size_t err_len = 1, out_len = 1, eo = 0, oo = 0;
+	bool unsupported = false;
+	(void)directives;
+	(void)ndirs;
+	if (!ev) {
+		if (cbfunc)
+			cbfunc(PMIX_ERR_NOMEM, cbdata);
+		return;
+	}
+	for (size_t i = 0; i < ndata; i++) {
+		const char *text = info_str(&data[i]);
+		size_t k = 0;
+		while (k < sizeof(log_keys) / sizeof(log_keys[0]) && !key_is(&data[i], log_keys[k][0]))
+			k++;
+		if (k == sizeof(log_keys) / sizeof(log_keys[0]) || !text)
+			unsupported = true;
+		else if (!strcmp(log_keys[k][1], "stdout"))
+			out_len += strlen(text) + 32;
+		else
+			err_len += strlen(text) + 48;
+	}
+	ev->msg = calloc(1, err_len);
+	ev->data = calloc(1, out_len);
+	for (size_t i = 0; ev->msg && ev->data && i < ndata; i++) {
+		const char *text = info_str(&data[i]);
+		for (size_t k = 0; text && k < sizeof(log_keys) / sizeof(log_keys[0]); k++) {
+			if (!key_is(&data[i], log_keys[k][0]))
+				continue;
+			size_t n = strlen(text);
+			const char *nl = n && text[n - 1] == '\n' ? "" : "\n";
+			if (!strcmp(log_keys[k][1], "stdout"))
+				oo += (size_t)snprintf(ev->data + oo, out_len - oo, "[rank %u] %s%s", client->rank, text, nl);
+			else
+				eo += (size_t)snprintf(ev->msg + eo, err_len - eo, "[rank %u] %s: %s%s", client->rank,
+					log_keys[k][1], text, nl);
+			break;
+		}
+	}
+	ev->status = !ev->msg || !ev->data ? PMIX_ERR_NOMEM : unsupported && !eo && !oo ? PMIX_ERR_NOT_SUPPORTED : PMIX_SUCCESS;
+	ev->ndata = oo;
+	ev->proc = *client;
+	ev->opcb = cbfunc;
+	ev->cbdata = cbdata;
+	post(ev);
+}
+
+/* PMIx_Query_info: copied here, answered on the main thread. */
+static pmix_status_t up_query(pmix_proc_t *proct, pmix_query_t *queries, size_t nqueries, pmix_info_cbfunc_t cbfunc,
+	void *cbdata)
+{
+	struct srv_event *ev = ev_new(EV_QUERY);
+	if (!ev)
+		return PMIX_ERR_NOMEM;
+	PMIX_QUERY_CREATE(ev->queries, nqueries);
+	if (nqueries && !ev->queries) {
+		free(ev);
+		return PMIX_ERR_NOMEM;
+	}
+	ev->nqueries = nqueries;
+	for (size_t i = 0; i < nqueries; i++) {
+		size_t nk = 0;
+		while (queries[i].keys && queries[i].keys[nk])
+			nk++;
+		ev->queries[i].keys = calloc(nk + 1, sizeof(char *));
+		for (size_t k = 0; ev->queries[i].keys && k < nk; k++)
+			ev->queries[i].keys[k] = strdup(queries[i].keys[k]);
+	}
+	if (proct)
+		ev->proc = *proct;
+	ev->infocb = cbfunc;
+	ev->cbdata = cbdata;
+	post(ev);
+	return PMIX_SUCCESS;
+}
+
 static pmix_server_module_t module = {
+	.query = up_query,
+	.spawn = up_spawn,
+	.job_control = up_job_control,
+	.log = up_log,
 	.client_connected = up_connected,
 	.client_finalized = up_finalized,
 	.abort = up_abort,
@@ -267,8 +455,16 @@ const void *pmix_srv_fence_data(const struct pmix_srv_fence *f, size_t *len)
 	return f->ev.data;
 }
 
+static void fence_finish(struct pmix_srv_fence *f, pmix_status_t status, const void *data, size_t len);
+
 void pmix_srv_fence_complete(struct pmix_srv_fence *f, bool ok, const void *data, size_t len)
 {
+	fence_finish(f, ok ? PMIX_SUCCESS : PMIX_ERROR, data, len);
+}
+
+static void fence_finish(struct pmix_srv_fence *f, pmix_status_t status, const void *data, size_t len)
+{
+	bool ok = status == PMIX_SUCCESS;
 	char *copy = NULL;
 	if (ok && len) {
 		copy = malloc(len);
@@ -281,7 +477,7 @@ void pmix_srv_fence_complete(struct pmix_srv_fence *f, bool ok, const void *data
 		if (ok)
 			f->ev.modexcb(PMIX_SUCCESS, copy, copy ? len : 0, f->ev.cbdata, release_data, copy);
 		else
-			f->ev.modexcb(PMIX_ERROR, NULL, 0, f->ev.cbdata, NULL, NULL);
+			f->ev.modexcb(status == PMIX_SUCCESS ? PMIX_ERR_NOMEM : status, NULL, 0, f->ev.cbdata, NULL, NULL);
 		if (!ok || !copy)
 			free(copy);
 	} else {
@@ -301,11 +497,125 @@ static long local_index(const struct pmix_srv *s, const pmix_proc_t *proc)
 	return (long)(proc->rank - s->base_rank);
 }
 
+static struct pmix_srv_proc *proc_of(const struct pmix_srv *s, unsigned rank)
+{
+	if (!s->procs || rank < s->base_rank || rank - s->base_rank >= s->nlocal)
+		return NULL;
+	return &s->procs[rank - s->base_rank];
+}
+
 enum pmix_srv_client pmix_srv_client_state(const struct pmix_srv *s, unsigned rank)
 {
-	if (!s->client || rank < s->base_rank || rank - s->base_rank >= s->nlocal)
-		return PMIX_SRV_CLIENT_NONE;
-	return (enum pmix_srv_client)s->client[rank - s->base_rank];
+	const struct pmix_srv_proc *p = proc_of(s, rank);
+	return p ? p->state : PMIX_SRV_CLIENT_NONE;
+}
+
+void pmix_srv_worker_started(struct pmix_srv *s, unsigned rank, pid_t pid, const char *exe)
+{
+	struct pmix_srv_proc *p = proc_of(s, rank);
+	if (!p)
+		return;
+	p->started = true;
+	p->pid = pid;
+	snprintf(s->exe, sizeof(s->exe), "%s", exe ? exe : "");
+}
+
+void pmix_srv_worker_exited(struct pmix_srv *s, unsigned rank, int exitcode)
+{
+	struct pmix_srv_proc *p = proc_of(s, rank);
+	if (!p)
+		return;
+	p->exited = true;
+	p->exitcode = exitcode;
+}
+
+static const char *const query_keys[] = {
+	PMIX_QUERY_NAMESPACES, PMIX_QUERY_JOB_STATUS, PMIX_JOB_SIZE, PMIX_QUERY_PROC_TABLE, PMIX_QUERY_LOCAL_PROC_TABLE,
+	PMIX_QUERY_SPAWN_SUPPORT, PMIX_QUERY_DEBUG_SUPPORT, PMIX_QUERY_NUM_PSETS, PMIX_QUERY_PSET_NAMES,
+	PMIX_QUERY_NUM_GROUPS, PMIX_QUERY_SUPPORTED_KEYS,
+};
+
+/* This node's workers as pmix_proc_info_t (the process table of a job over
+ * several nodes lists this node's part). */
+static void proc_table(const struct pmix_srv *s, const char *hostname, pmix_info_t *out, const char *key)
+{
+	pmix_data_array_t *da;
+	pmix_proc_info_t *pi;
+	PMIX_DATA_ARRAY_CREATE(da, s->nlocal, PMIX_PROC_INFO);
+	if (!da)
+		return;
+	pi = da->array;
+	for (unsigned i = 0; i < s->nlocal && pi; i++) {
+		const struct pmix_srv_proc *p = &s->procs[i];
+		PMIX_LOAD_PROCID(&pi[i].proc, s->nspace, s->base_rank + i);
+		pi[i].hostname = strdup(hostname);
+		pi[i].executable_name = strdup(s->exe);
+		pi[i].pid = p->pid;
+		pi[i].exit_code = p->exitcode;
+		pi[i].state = !p->started ? PMIX_PROC_STATE_PREPPED : !p->exited ? PMIX_PROC_STATE_RUNNING
+			: p->exitcode == 0 && p->state != PMIX_SRV_CLIENT_INIT ? PMIX_PROC_STATE_TERMINATED
+			: p->exitcode < 0 ? PMIX_PROC_STATE_ABORTED_BY_SIG : PMIX_PROC_STATE_TERM_NON_ZERO;
+	}
+	PMIX_INFO_LOAD(out, key, da, PMIX_DATA_ARRAY);
+	PMIX_DATA_ARRAY_FREE(da);
+}
+
+static void release_infos(void *cbdata)
+{
+	pmix_data_array_t *da = cbdata;
+	PMIX_DATA_ARRAY_FREE(da);
+}
+
+/* Answers every key of every query it knows; unknown keys are left out
+ * (PMIX_QUERY_PARTIAL_SUCCESS), none known: PMIX_ERR_NOT_FOUND. */
+static void answer_query(struct pmix_srv *s, struct srv_event *ev)
+{
+	size_t nkeys = 0, n = 0, unknown = 0;
+	pmix_data_array_t *da;
+	pmix_info_t *out;
+	char host[256] = "localhost", keys[1024] = "";
+	gethostname(host, sizeof(host) - 1);
+	for (size_t i = 0; i < ev->nqueries; i++)
+		for (size_t k = 0; ev->queries[i].keys && ev->queries[i].keys[k]; k++)
+			nkeys++;
+	PMIX_DATA_ARRAY_CREATE(da, nkeys ? nkeys : 1, PMIX_INFO);
+	if (!da) {
+		ev->infocb(PMIX_ERR_NOMEM, NULL, 0, ev->cbdata, NULL, NULL);
+		return;
+	}
+	out = da->array;
+	for (size_t i = 0; i < sizeof(query_keys) / sizeof(query_keys[0]); i++)
+		snprintf(keys + strlen(keys), sizeof(keys) - strlen(keys), "%s%s", i ? "," : "", query_keys[i]);
+	for (size_t i = 0; i < ev->nqueries; i++)
+		for (size_t k = 0; ev->queries[i].keys && ev->queries[i].keys[k]; k++) {
+			const char *key = ev->queries[i].keys[k];
+			uint32_t u32 = 0;
+			size_t zero = 0;
+			pmix_job_state_t js = PMIX_JOB_STATE_RUNNING;
+			if (!strcmp(key, PMIX_QUERY_NAMESPACES))
+				PMIX_INFO_LOAD(&out[n++], key, s->nspace_registered ? s->nspace : "", PMIX_STRING);
+			else if (!strcmp(key, PMIX_QUERY_JOB_STATUS) && s->nspace_registered)
+				PMIX_INFO_LOAD(&out[n++], key, &js, PMIX_JOB_STATE);
+			else if (!strcmp(key, PMIX_JOB_SIZE) && s->nspace_registered && (u32 = s->world))
+				PMIX_INFO_LOAD(&out[n++], key, &u32, PMIX_UINT32);
+			else if ((!strcmp(key, PMIX_QUERY_PROC_TABLE) || !strcmp(key, PMIX_QUERY_LOCAL_PROC_TABLE)) && s->procs)
+				proc_table(s, host, &out[n++], key);
+			else if (!strcmp(key, PMIX_QUERY_SPAWN_SUPPORT) || !strcmp(key, PMIX_QUERY_DEBUG_SUPPORT) ||
+				 !strcmp(key, PMIX_QUERY_PSET_NAMES))
+				PMIX_INFO_LOAD(&out[n++], key, "", PMIX_STRING); /* none */
+			else if (!strcmp(key, PMIX_QUERY_NUM_PSETS) || !strcmp(key, PMIX_QUERY_NUM_GROUPS))
+				PMIX_INFO_LOAD(&out[n++], key, &zero, PMIX_SIZE);
+			else if (!strcmp(key, PMIX_QUERY_SUPPORTED_KEYS))
+				PMIX_INFO_LOAD(&out[n++], key, keys, PMIX_STRING);
+			else
+				unknown++;
+		}
+	if (!n) {
+		PMIX_DATA_ARRAY_FREE(da);
+		ev->infocb(PMIX_ERR_NOT_FOUND, NULL, 0, ev->cbdata, NULL, NULL);
+		return;
+	}
+	ev->infocb(unknown ? PMIX_QUERY_PARTIAL_SUCCESS : PMIX_SUCCESS, out, n, ev->cbdata, release_infos, da);
 }
 
 /* Completes one event; returns 1 for an EV_OPDONE (status in *st). */
@@ -321,6 +631,17 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 	case EV_FENCE:
 		s->fences++;
 		((struct pmix_srv_fence *)ev)->srv = s;
+		if (pmix_srv_fence_foreign((struct pmix_srv_fence *)ev) < 0) {
+			/* this server knows one namespace: a fence naming
+			 * another can never complete */
+			size_t k = 0;
+			while (k + 1 < ev->nprocs && !strncmp(ev->procs[k].nspace, s->nspace, PMIX_MAX_NSLEN))
+				k++;
+			fprintf(stderr, "dptp-run: error: a fence names namespace '%.*s', not this job's ('%s'); failing it\n",
+				PMIX_MAX_NSLEN, ev->procs[k].nspace, s->nspace);
+			fence_finish((struct pmix_srv_fence *)ev, PMIX_ERR_NOT_FOUND, NULL, 0);
+			return 0;
+		}
 		if (sink && sink->fence && sink->fence(sink->ctx, (struct pmix_srv_fence *)ev))
 			return 0; /* the sink owns it now */
 		if (ev->modexcb) {
@@ -348,9 +669,36 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 			fprintf(stderr, "dptp-run: client %s:%u %s\n", ev->proc.nspace, ev->proc.rank,
 				ev->type == EV_CONNECTED ? "connected" : "finalized");
 		if ((li = local_index(s, &ev->proc)) >= 0)
-			s->client[li] = ev->type == EV_CONNECTED ? PMIX_SRV_CLIENT_INIT : PMIX_SRV_CLIENT_FINALIZED;
+			s->procs[li].state = ev->type == EV_CONNECTED ? PMIX_SRV_CLIENT_INIT : PMIX_SRV_CLIENT_FINALIZED;
 		if (ev->opcb)
 			ev->opcb(PMIX_SUCCESS, ev->cbdata);
+		break;
+	case EV_NOTE:
+		if (ev->msg && *ev->msg)
+			fputs(ev->msg, stderr);
+		if (ev->data && ev->ndata) {
+			fputs(ev->data, stdout);
+			fflush(stdout);
+		}
+		if (ev->msg && *ev->msg && ev->msg[strlen(ev->msg) - 1] != '\n')
+			fputc('\n', stderr);
+		if (ev->opcb)
+			ev->opcb(ev->status, ev->cbdata);
+		break;
+	case EV_CLEANUP: {
+		int bad = 0, r;
+		if (ev->msg && (r = cleanup_add(&s->cleanup, ev->msg, 0, NULL)) != 0)
+			bad = r;
+		if (!bad && ev->data && (r = cleanup_add(&s->cleanup, ev->data, CLEANUP_DIR | ev->flags, ev->ignore)) != 0)
+			bad = r;
+		if (ev->infocb)
+			ev->infocb(bad < 0 ? PMIX_ERR_NOMEM : bad ? PMIX_ERR_BAD_PARAM : PMIX_SUCCESS, NULL, 0, ev->cbdata, NULL, NULL);
+		break;
+	}
+	case EV_QUERY:
+		if (ev->infocb)
+			answer_query(s, ev);
+		PMIX_QUERY_FREE(ev->queries, ev->nqueries);
 		break;
 	case EV_ABORT:
 		if (sink && sink->abort && local_index(s, &ev->proc) >= 0)
@@ -361,6 +709,7 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 	}
 	free(ev->msg);
 	free(ev->data);
+	free(ev->ignore);
 	free(ev->procs);
 	free(ev);
 	return done;
@@ -533,8 +882,9 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	snprintf(s->nspace, sizeof(s->nspace), "%s", nspace);
 	s->nlocal = nlocal;
 	s->base_rank = base_rank;
-	free(s->client);
-	if (!(s->client = calloc(nlocal ? nlocal : 1, 1)))
+	s->world = world;
+	free(s->procs);
+	if (!(s->procs = calloc(nlocal ? nlocal : 1, sizeof(*s->procs))))
 		goto nomem;
 
 	peers = malloc(plen);
@@ -695,8 +1045,9 @@ void pmix_srv_deregister_job(struct pmix_srv *s)
 	PMIx_server_deregister_nspace(s->nspace, opdone, NULL);
 	wait_ops(s, 1, "nspace deregistration", &err);
 	s->nspace_registered = false;
-	free(s->client);
-	s->client = NULL;
+	cleanup_run(&s->cleanup);
+	free(s->procs);
+	s->procs = NULL;
 }
 
 int pmix_srv_fd(const struct pmix_srv *s)
@@ -712,6 +1063,7 @@ void pmix_srv_abandon(struct pmix_srv *s)
 	 * the library be and remove only what would outlive us */
 	if (!s)
 		return;
+	cleanup_run(&s->cleanup);
 	if (s->tmpdir[0]) {
 		rm_tree(s->tmpdir);
 		s->tmpdir[0] = '\0';
@@ -729,14 +1081,16 @@ void pmix_srv_finalize(struct pmix_srv *s)
 		/* upcalls that raced the shutdown: free them, their library is gone */
 		while (read(s->evpipe[0], &ev, sizeof(ev)) == (ssize_t)sizeof(ev)) {
 			free(ev->msg);
+			free(ev->ignore);
 			free(ev->data);
 			free(ev->procs);
 			free(ev);
 		}
 	}
 	ev_write_fd = -1;
-	free(s->client);
-	s->client = NULL;
+	cleanup_run(&s->cleanup);
+	free(s->procs);
+	s->procs = NULL;
 	for (int i = 0; i < 2; i++)
 		if (s->evpipe[i] >= 0) {
 			close(s->evpipe[i]);

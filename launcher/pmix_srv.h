@@ -25,7 +25,10 @@ struct pmix_srv {
 	bool nspace_registered;
 	unsigned nlocal;
 	unsigned base_rank;
-	unsigned char *client; /* enum pmix_srv_client per local rank */
+	unsigned world;
+	struct pmix_srv_proc *procs; /* per local rank of the current job */
+	char exe[256];               /* the workers' executable, for queries */
+	struct cleanup_item *cleanup; /* PMIx_Job_control's registrations */
 	/* counters for tests and --verbose style diagnostics */
 	unsigned long fences, finalized;
 };
@@ -79,11 +82,16 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	struct dptp_err *err);
 /* Adds the PMIx client variables for rank to *env (argv-style, malloc'd). */
 int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct dptp_err *err);
-/* Deregisters the current nspace (and its clients). */
+/* Deregisters the current nspace (and its clients) and removes the files
+ * and directories its clients registered for cleanup. */
 void pmix_srv_deregister_job(struct pmix_srv *s);
 /* Whether rank (of the current job, on this node) called PMIx_Init and
  * PMIx_Finalize, as far as the upcalls dispatched so far tell. */
 enum pmix_srv_client pmix_srv_client_state(const struct pmix_srv *s, unsigned rank);
+/* The launcher tells the server what became of its workers (answers to
+ * PMIX_QUERY_PROC_TABLE and PMIX_QUERY_JOB_STATUS). */
+void pmix_srv_worker_started(struct pmix_srv *s, unsigned rank, pid_t pid, const char *exe);
+void pmix_srv_worker_exited(struct pmix_srv *s, unsigned rank, int exitcode);
 /* Read end of the event pipe, for poll(); -1 when the server is down. */
 int pmix_srv_fd(const struct pmix_srv *s);
 /* Completes every posted upcall. */
@@ -91,7 +99,7 @@ void pmix_srv_dispatch(struct pmix_srv *s, const struct pmix_srv_sink *sink);
 /* Stops the server and removes its tmpdir. Accepts a zeroed struct. */
 void pmix_srv_finalize(struct pmix_srv *s);
 /* For a launcher about to exit after a failed job: removes the private
- * tmpdir but does not call PMIx_server_finalize, which can hang or crash
+ * tmpdir and the clients' registered files but does not call PMIx_server_finalize, which can hang or crash
  * when clients died in the middle of an operation. */
 void pmix_srv_abandon(struct pmix_srv *s);
 

@@ -179,6 +179,7 @@ static void reap(struct job *j)
 		w->alive = false;
 		j->alive--;
 		w->exitcode = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+		pmix_srv_worker_exited(&j->srv, w->global_rank, w->exitcode);
 		/* what the worker left behind in its process group goes too */
 		killpg(pid, SIGKILL);
 		if (w->exitcode != 0 && !j->stopping) {
@@ -309,6 +310,7 @@ static int start_workers(struct job *j, const char *attempt_dir, struct dptp_err
 				w->pid = pid;
 				w->alive = true;
 				j->alive++;
+				pmix_srv_worker_started(&j->srv, w->global_rank, pid, j->cmd.path);
 			}
 			if (rc < 0) {
 				j->exec_failed = true;

@@ -116,6 +116,11 @@ def compare_env(nproc):
                        env=base_env(**IMAGE_ENV))
     check(rc == 0, "rc %d: %s" % (rc, err))
     got = env_lines(out)
+    # dptp-run's own additions for Open MPI direct launch (man page: MPI
+    # PROGRAMS), not torchrun's: present with their documented values
+    for w in range(nproc):
+        check(got.pop((w, "OMPI_MCA_schizo"), None) == "^orte" and got.pop((w, "OMPI_MCA_ess"), None) == "^singleton",
+              "worker %d lacks OMPI_MCA_schizo=^orte / OMPI_MCA_ess=^singleton" % w)
     exp = expected_env(nproc)
     check(set(got) == set(exp), "variables differ: missing %s, extra %s" %
           (sorted(set(exp) - set(got)), sorted(set(got) - set(exp))))

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """MPI programs under dptp-run, with mpirun as the control.
 
-usage: mpi_e2e.py DPTP_RUN CASE
+usage: mpi_e2e.py DPTP_RUN PMIX_CASES CASE
 Compiles mpi_prog.c with mpicc (Debian's libopenmpi-dev) into a temporary
-directory; exits 77 (skipped) without mpicc or mpirun. Cases:
+directory; the MPI cases exit 77 (skipped) without mpicc or mpirun. Cases:
   programs    hello, ring, allreduce, split: one job of 4 ranks, the same
               sorted output as under mpirun
   mpi4py      mpi4py_prog.py with /usr/bin/python3, as under mpirun
@@ -11,7 +11,10 @@ directory; exits 77 (skipped) without mpicc or mpirun. Cases:
               and code; nothing left in /dev/shm
   nofinalize  rank 3 returns 0 without MPI_Finalize: an abnormal end, not
               a hang; nothing left in /dev/shm
-  spawn       MPI_Comm_spawn fails cleanly on every rank"""
+  spawn       MPI_Comm_spawn is refused with a message naming the rank; the
+              root's error (MPI_ERRORS_ARE_FATAL) ends the job, no hang
+  pmix-MODE   pmix_cases MODE (our own PMIx clients: hello, client, dmodex,
+              nodeinfo, jctrl, log, query, dynamic) under dptp-run"""
 import os
 import shutil
 import socket
@@ -22,7 +25,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = os.path.abspath(sys.argv[1])
-CASE = sys.argv[2]
+PMIX_CASES = os.path.abspath(sys.argv[2])
+CASE = sys.argv[3]
 NP = 4
 SKIP = 77
 
@@ -71,17 +75,12 @@ def lines(out):
     return sorted(l for l in out.splitlines() if l.strip())
 
 
-def shm_files():
-    try:
-        return set(os.listdir("/dev/shm"))
-    except OSError:
-        return set()
-
-
-def new_segments(before):
-    """Open MPI's shared-memory files created since `before` and still there."""
-    time.sleep(0.3)
-    return sorted(f for f in shm_files() - before if f.startswith(("vader_segment", "sm_segment")))
+def shm_left(out):
+    """The /dev/shm files the workers reported mapping ("shm PATH") that
+    are still there."""
+    paths = sorted(set(l.split(" ", 1)[1] for l in out.splitlines() if l.startswith("shm /dev/shm/")))
+    check(paths, "the workers reported no shared-memory file: the check would prove nothing")
+    return [p for p in paths if os.path.exists(p)]
 
 
 def build(tmp):
@@ -120,14 +119,13 @@ def case_mpi4py(exe):
 
 
 def abnormal(exe, mode, want):
-    before = shm_files()
     t0 = time.time()
     rc, out, err = dptp_run([exe, mode], timeout=60)
     took = time.time() - t0
     check(rc != 0, "%s: dptp-run exited 0\n%s" % (mode, err[-3000:]))
     for w in want:
         check(w in err, "%s: no '%s' in the report:\n%s" % (mode, w, err[-3000:]))
-    left = new_segments(before)
+    left = shm_left(out)
     check(not left, "%s: left in /dev/shm: %s" % (mode, left))
     print("ok %s: exit %d in %.1f s, /dev/shm clean" % (mode, rc, took))
 
@@ -141,18 +139,41 @@ def case_nofinalize(exe):
 
 
 def case_spawn(exe):
-    before = shm_files()
-    rc, out, err = dptp_run([exe, "spawn"], timeout=60)
-    got = lines(out)
-    check(got == ["spawn rank %d failed" % r for r in range(NP)],
-          "MPI_Comm_spawn did not fail cleanly on every rank (exit %d):\n%s\n%s" % (rc, out, err[-3000:]))
-    check(rc == 0, "spawn: exit %d\n%s" % (rc, err[-3000:]))
-    left = new_segments(before)
-    check(not left, "spawn: left in /dev/shm: %s" % left)
-    print("ok spawn: every rank got an error")
+    abnormal(exe, "spawn", ["rank 0 asked to spawn '/bin/true'", "MPI_ERR_SPAWN", "rank      : 0 (local_rank: 0)"])
+
+
+def pmix_case(mode):
+    extra = []
+    tmp = None
+    if mode == "jctrl":
+        tmp = tempfile.mkdtemp(prefix="dptp-jctrl.")
+        extra = [tmp]
+    try:
+        rc, out, err = dptp_run([PMIX_CASES, mode] + extra, timeout=60)
+        check(rc == 0, "pmix %s: exit %d\n%s%s" % (mode, rc, out, err[-3000:]))
+        want = "hello from rank" if mode == "hello" else mode + " ok rank"
+        got = [l for l in lines(out) if l.startswith(want)]
+        check(len(got) == NP, "pmix %s: %d of %d ranks reported ok:\n%s" % (mode, len(got), NP, out))
+        if mode == "jctrl":
+            left = os.listdir(tmp)
+            check(not left, "jctrl: registered files still there after the job: %s" % left)
+        if mode == "log":
+            for r in range(NP):
+                check("[rank %d] stderr: log line from rank %d" % (r, r) in err, "log: rank %d's line missing:\n%s" % (r, err))
+        if mode == "dynamic":
+            check("asked to spawn '/bin/true'" in err, "dynamic: no refusal message:\n%s" % err)
+            check(out.count("fence over an unknown namespace refused") == NP, "dynamic: unknown-namespace fence:\n" + out)
+        print("ok pmix %s" % mode)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():
+    if CASE.startswith("pmix-"):
+        pmix_case(CASE[5:])
+        print("PASS " + CASE)
+        return
     if not shutil.which("mpicc") or not shutil.which("mpirun"):
         print("SKIP: no mpicc/mpirun (libopenmpi-dev, openmpi-bin)")
         sys.exit(SKIP)
