@@ -9,15 +9,15 @@
 #include "bootstrap/bootstrap.h"
 #include "checks/check.h"
 #include "checks/ctx.h"
-#include "checks/cuda_backend.h"
+#include "plane/device.h"
 #include "dptp-config.h"
 #include "report/gather.h"
+#include "bench.h"
 #include "options.h"
 #include "report/report.h"
 
 int dptp_check_main(int argc, char **argv);
 
-enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_ENV = 3, EXIT_TIMEOUT = 4 };
 
 static void print_list(void)
 {
@@ -51,57 +51,6 @@ static int status_exit(enum dptp_status s)
 	case DPTP_TIMEOUT: return EXIT_TIMEOUT;
 	}
 	return EXIT_ENV;
-}
-
-/* --bench: fused vs unfused over a token sweep, a table and JSON. */
-static int run_bench(const struct dptp_options *o, struct dptp_ctx *c, struct dptp_bootstrap *b)
-{
-	static const int tokens[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048 };
-	int hiddens[2] = { 4096, 8192 }, nh = 2;
-	if (o->hidden != 4096) { /* an explicit --hidden narrows the sweep */
-		hiddens[0] = o->hidden;
-		nh = 1;
-	}
-	int nt = 0;
-	while (nt < (int)DPTP_ARRAY_LEN(tokens) && tokens[nt] <= (o->tokens > 128 ? o->tokens : 2048))
-		nt++;
-	const char *it = getenv("DPTP_BENCH_ITERS");
-	int iters = it && atoi(it) > 0 ? atoi(it) : 50;
-	struct dptp_err err = {0};
-	struct dptp_bench_row *rows = NULL;
-	size_t nrows = 0;
-	c->x.deadline = dptp_now() + o->timeout * 10;
-	int rc = dptp_cuda_bench(c, tokens, nt, hiddens, nh, iters, &rows, &nrows, &err);
-	int code = EXIT_PASS;
-	if (rc < 0) {
-		fprintf(stderr, "dptp-check: rank %d: bench: %s\n", c->rank, err.msg);
-		code = rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV;
-	}
-	if (c->rank == 0 && nrows) {
-		struct dptp_report rep = {
-			.tool = "dptp-check", .version = DPTP_VERSION,
-			.world = c->layout.world, .dp = c->layout.dp, .pp = c->layout.pp, .tp = c->layout.tp,
-			.backend = "cuda", .bootstrap = b->ops->name, .engine = b->engine, .seed = o->seed,
-			.nbench = nrows, .bench = rows,
-		};
-		if (o->output) {
-			if (dptp_report_write_file(&rep, o->format, o->output, &err) < 0) {
-				fprintf(stderr, "dptp-check: %s\n", err.msg);
-				code = EXIT_ENV;
-			}
-			if (o->format != DPTP_FORMAT_TEXT)
-				dptp_report_write_text(&rep, stdout, false, o->verbose);
-		} else {
-			dptp_report_write(&rep, o->format, stdout, false, o->verbose);
-		}
-		fflush(stdout);
-	}
-	free(rows);
-	c->x.deadline = dptp_now() + 5;
-	dptp_xchg_barrier(&c->x, &c->world, NULL);
-	dptp_ctx_release(c);
-	dptp_bootstrap_destroy(b);
-	return code;
 }
 
 int dptp_check_main(int argc, char **argv)
@@ -175,14 +124,8 @@ int dptp_check_main(int argc, char **argv)
 		dptp_bootstrap_destroy(b);
 		return usage ? EXIT_USAGE : (rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV);
 	}
-	if (cuda && (rc = dptp_cuda_ctx_setup(&c, &err)) < 0) {
-		fprintf(stderr, "dptp-check: rank %d: cuda backend: %s\n", b->rank, err.msg);
-		dptp_ctx_release(&c);
-		dptp_bootstrap_destroy(b);
-		return rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV;
-	}
 	if (o.bench)
-		return run_bench(&o, &c, b);
+		return dptp_check_bench(&o, &c, b);
 
 	/* run the selected checks, in lockstep on every rank */
 	struct dptp_check_result res[DPTP_MAX_CHECKS];
@@ -214,7 +157,7 @@ int dptp_check_main(int argc, char **argv)
 			inject[rep.ninject++] = dptp_faults[f].name;
 	rep.inject = inject;
 	double gather_timeout = c.x.broken ? 0.3 : o.timeout;
-	rc = dptp_gather_results(&c, res, nres, gather_timeout, &rep, &err);
+	rc = dptp_gather_results(b, &c.layout, res, nres, gather_timeout, &rep, &err);
 	int code;
 	enum dptp_status worst = DPTP_PASS;
 	for (size_t k = 0; k < nres; k++)

@@ -12,6 +12,9 @@
 #include "report/report.h"
 #include "base/util.h"
 
+/* Exit codes (DESIGN.md). */
+enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_ENV = 3, EXIT_TIMEOUT = 4 };
+
 enum dptp_backend_choice { DPTP_BACKEND_AUTO, DPTP_BACKEND_HOST, DPTP_BACKEND_CUDA };
 
 /* One bit per check, in the order of the registry (lib/checks/registry.c). */

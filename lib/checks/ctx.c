@@ -1,5 +1,10 @@
 #include "checks/ctx.h"
 
+#include "dptp-config.h"
+#include "ipc/workspace_gpu.h"
+#include "plane/comm_nccl.h"
+#include "plane/device.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +48,33 @@ void dptp_input_fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dpt
 			for (size_t k = 0; k < m; k++)
 				((uint16_t *)p)[base + k] = tab16[(h >> (4 * k)) & 15];
 	}
+}
+
+/* The GPU data plane: NCCL with one GPU per rank, else the host data plane
+ * staged through device memory. */
+static int cuda_plane(struct dptp_ctx *c, struct dptp_err *err)
+{
+	int ord = -1;
+	bool shared = false;
+	DPTP_TRY(dptp_device_choose(&c->x, &c->world, c->peers, c->rank, &ord, &shared, err));
+	c->ws = &dptp_ws_gpu_ops;
+	struct dptp_comm *nc = NULL;
+#if DPTP_HAVE_NCCL
+	if (!shared) {
+		const struct dptp_group *groups[] = { &c->tp, &c->pp, &c->dp, &c->ep };
+		int rc = dptp_comm_nccl_create(&nc, &c->x, ord, groups, 4, err);
+		if (rc < 0) {
+			dptp_err_prefix(err, "NCCL data plane");
+			return rc;
+		}
+		dptp_comm_destroy(c->comm);
+		c->comm = nc;
+		return 0;
+	}
+#endif
+	DPTP_TRY(dptp_comm_staged_create(&nc, c->comm, &c->x, err));
+	c->comm = nc;
+	return 0;
 }
 
 int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dptp_params *p,
@@ -106,9 +138,14 @@ int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dpt
 	size_t cap = total_tokens * (size_t)p->hidden * esz;
 	if (cap < 65536)
 		cap = 65536;
+	c->ws = &dptp_ws_host_ops;
 	rc = dptp_comm_host_create(&c->comm, &c->x, c->host_of, cap, err);
-	if (rc < 0)
+	if (rc < 0) {
 		dptp_err_prefix(err, "host data plane");
+		return rc;
+	}
+	if (p->cuda && (rc = cuda_plane(c, err)) < 0)
+		dptp_err_prefix(err, "cuda backend");
 	return rc;
 }
 

@@ -21,7 +21,7 @@ struct dptp_params {
 	double eps;
 	double timeout;          /* per check, seconds */
 	dptp_fault_set faults;
-	bool cuda;               /* data plane on GPUs */
+	bool cuda;               /* data plane and workspace on GPUs */
 };
 
 struct dptp_ctx {
@@ -37,10 +37,15 @@ struct dptp_ctx {
 	int nhosts;
 	struct dptp_group tp, pp, dp, ep, world;
 	struct dptp_ipc_job ipc;  /* what the IPC workspaces borrow of this */
+	const struct dptp_ws_ops *ws;  /* the fused-allreduce workspace, host or GPU */
 };
 
 /* Collective. Validates the layout against the world (-EINVAL naming the
- * numbers), learns the peers, creates the data plane. */
+ * numbers), learns the peers, and creates the data plane, chosen here once:
+ * the host data plane; with p->cuda, each rank's device from LOCAL_RANK
+ * (plane/device.h) and NCCL (one GPU per rank) or the host data plane
+ * staged through device memory (ranks sharing a GPU, or no NCCL), with the
+ * GPU workspace. */
 int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dptp_params *p,
 		  struct dptp_err *err);
 void dptp_ctx_release(struct dptp_ctx *c);

@@ -10,8 +10,8 @@
 
 #include "checks/check.h"
 #include "checks/ctx.h"
-#include "checks/cuda_backend.h"
 #include "ipc/workspace.h"
+#include "plane/device.h"
 
 struct devrec {
 	int32_t host;
@@ -92,7 +92,7 @@ static void device_map_run(struct dptp_ctx *c, void *state, int round, struct dp
 	/* on GPUs, NCCL's own verdict on communicators over the devices now
 	 * current -- the real symptom is "Duplicate GPU detected" */
 	if (cuda && !s->shared)
-		s->nrc = dptp_cuda_nccl_probe(c, &c->world, &s->nerr);
+		s->nrc = dptp_cuda_nccl_probe(&c->x, &c->world, &s->nerr);
 	else if (cuda)
 		dptp_xchg_barrier(&c->x, &c->world, NULL); /* the probe's round, for lockstep */
 }

@@ -9,7 +9,6 @@
 
 #include "checks/check.h"
 #include "checks/ctx.h"
-#include "checks/cuda_backend.h"
 #include "ipc/workspace.h"
 
 #define ITERATIONS 3 /* every Lamport buffer once */
@@ -48,8 +47,7 @@ static void free_bufs(struct bufs *b)
 
 struct state {
 	struct bufs b;
-	struct dptp_workspace ws;
-	struct dptp_gpu_workspace *gws;
+	void *ws;           /* from c->ws, the host or GPU workspace */
 	const char *algo;
 	bool use_ws;        /* through the IPC workspace */
 	bool spans;         /* a TP group spans hosts: the data-plane path */
@@ -114,7 +112,6 @@ static void fused_setup(struct dptp_ctx *c, struct state *s, struct dptp_check_r
 	const struct dptp_group *tp = &c->tp;
 	/* the workspace is exchanged on the TP group -- or, under the
 	 * world-workspace fault, on WORLD with rank = tp_rank, size = tp_size */
-	bool cuda = c->p.cuda;
 	bool world_ws = dptp_fault_on(c->p.faults, DPTP_FAULT_WORLD_WORKSPACE);
 	const struct dptp_group *xg = world_ws ? &c->world : tp;
 	int ws_rank = world_ws ? c->me.tp : tp->index, ws_size = tp->size;
@@ -124,10 +121,9 @@ static void fused_setup(struct dptp_ctx *c, struct state *s, struct dptp_check_r
 	 * allreduce through the bootstrap, then residual + RMSNorm locally */
 	for (int r = 0; r < c->layout.world; r++)
 		s->spans |= c->host_of[r] != c->host_of[r - r % c->layout.tp];
-	s->use_ws = (tp->size > 1 || cuda) && !s->spans;
+	s->use_ws = (tp->size > 1 || c->ws->alone) && !s->spans;
 	if (s->use_ws) {
-		rc = cuda ? dptp_gpu_workspace_create(&s->gws, &c->ipc, xg, ws_rank, ws_size, nmax * esz, dt, &err)
-			  : dptp_workspace_create(&s->ws, &c->ipc, xg, ws_rank, ws_size, nmax * esz, dt, &err);
+		rc = c->ws->create(&s->ws, &c->ipc, xg, ws_rank, ws_size, nmax * esz, dt, &err);
 		if (rc < 0)
 			dptp_result_fail(res, DPTP_FAIL, rc, &err, "workspace");
 	}
@@ -172,10 +168,8 @@ static void fused_run(struct dptp_ctx *c, void *state, int it, struct dptp_check
 	fill(b->res_in, n, s->seed, 0x12e5ULL + (uint64_t)tp->ranks[0], dt);
 	int rc;
 	if (s->use_ws) {
-		rc = c->p.cuda ? dptp_gpu_workspace_fused(s->gws, b->x, b->res_in, b->gamma, b->res_out, b->norm_out,
-							  tokens, hidden, (float)c->p.eps, c->x.deadline, &s->algo, &err)
-			       : dptp_workspace_fused_allreduce(&s->ws, b->x, b->res_in, b->gamma, b->res_out, b->norm_out,
-								tokens, hidden, (float)c->p.eps, c->x.deadline, &err);
+		rc = c->ws->fused(s->ws, b->x, b->res_in, b->gamma, b->res_out, b->norm_out, tokens, hidden,
+				  (float)c->p.eps, c->x.deadline, &s->algo, &err);
 		if (rc < 0) {
 			if (rc == -ETIMEDOUT)
 				c->x.broken = true; /* a peer is gone: lockstep is lost */
@@ -220,7 +214,7 @@ static void conclude(struct dptp_ctx *c, struct state *s, struct dptp_check_resu
 		dptp_result_set(res, DPTP_PASS, "%d calls (%d, %d, %d tokens) x %d %s, TP %d %s%s: max abs err %.3g, max rel err %.3g",
 				ITERATIONS, call_tokens(c->p.tokens, 0), call_tokens(c->p.tokens, 1),
 				call_tokens(c->p.tokens, 2), c->p.hidden, dt == DPTP_DTYPE_FP32 ? "fp32" : dt == DPTP_DTYPE_FP16 ? "fp16" : "bf16",
-				tp->size, s->use_ws || s->spans ? s->algo : "(no allreduce)", c->p.cuda && !s->spans ? " on the GPU" : "",
+				tp->size, s->use_ws || s->spans ? s->algo : "(no allreduce)", s->spans ? "" : c->ws->place,
 				s->max_abs, s->max_rel);
 	if (res->status == DPTP_PASS && s->spans) {
 		char gs[256];
@@ -260,8 +254,8 @@ static void fused_verify(struct dptp_ctx *c, void *state, int it, struct dptp_ch
 static void fused_release(struct dptp_ctx *c, void *state)
 {
 	struct state *s = state;
-	dptp_workspace_release(&s->ws);
-	dptp_gpu_workspace_destroy(s->gws);
+	if (s->ws)
+		c->ws->destroy(s->ws);
 	free_bufs(&s->b);
 }
 

@@ -381,3 +381,42 @@ int dptp_workspace_fused_allreduce(struct dptp_workspace *ws, const void *x,
 	ws->calls++;
 	return 0;
 }
+
+static int host_create(void **out, const struct dptp_ipc_job *job, const struct dptp_group *xg, int rank,
+		       int size, size_t max_bytes, enum dptp_dtype dt, struct dptp_err *err)
+{
+	struct dptp_workspace *ws = calloc(1, sizeof(*ws));
+	if (!ws)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	int rc = dptp_workspace_create(ws, job, xg, rank, size, max_bytes, dt, err);
+	if (rc < 0) {
+		free(ws);
+		return rc;
+	}
+	*out = ws;
+	return 0;
+}
+
+static int host_fused(void *ws, const void *x, const void *residual_in, const void *gamma, void *residual_out,
+		      void *norm_out, int tokens, int hidden, float eps, double deadline, const char **algo,
+		      struct dptp_err *err)
+{
+	if (algo)
+		*algo = "one-shot (Lamport)";
+	return dptp_workspace_fused_allreduce(ws, x, residual_in, gamma, residual_out, norm_out, tokens, hidden,
+					      eps, deadline, err);
+}
+
+static void host_destroy(void *ws)
+{
+	dptp_workspace_release(ws);
+	free(ws);
+}
+
+const struct dptp_ws_ops dptp_ws_host_ops = {
+	.name = "host",
+	.place = "",
+	.create = host_create,
+	.fused = host_fused,
+	.destroy = host_destroy,
+};

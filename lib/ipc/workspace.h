@@ -58,6 +58,25 @@ int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, in
 		 struct dptp_ipcsock *socks, int nsocks, const int *my_fds, int **in_fds,
 		 struct dptp_err *err);
 
+/* The host and GPU workspaces behind one table, chosen once with the data
+ * plane (dptp_ws_host_ops, or dptp_ws_gpu_ops of ipc/workspace_gpu.h). */
+struct dptp_ws_ops {
+	const char *name;
+	bool alone;         /* a group of one still goes through the workspace */
+	const char *place;  /* "" or " on the GPU", for details */
+	/* dptp_workspace_create(), into a new *ws */
+	int (*create)(void **ws, const struct dptp_ipc_job *job, const struct dptp_group *xg, int rank,
+		      int size, size_t max_bytes, enum dptp_dtype dt, struct dptp_err *err);
+	/* dptp_workspace_fused_allreduce() on host buffers; *algo names what ran */
+	int (*fused)(void *ws, const void *x, const void *residual_in, const void *gamma,
+		     void *residual_out, void *norm_out, int tokens, int hidden, float eps,
+		     double deadline, const char **algo, struct dptp_err *err);
+	void (*destroy)(void *ws);  /* NULL-safe */
+};
+
+extern const struct dptp_ws_ops dptp_ws_host_ops;
+extern const struct dptp_ws_ops dptp_ws_gpu_ops;
+
 /* Collective over xg. rank/size are what the caller believes (correct:
  * xg->index, xg->size). */
 int dptp_workspace_create(struct dptp_workspace *ws, const struct dptp_ipc_job *job,

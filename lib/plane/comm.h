@@ -44,6 +44,12 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 			  size_t capacity, struct dptp_err *err);
 void dptp_comm_destroy(struct dptp_comm *c);
 
+/* The host data plane staged through device memory (cuda feature; -ENOTSUP
+ * without): buffers on the current device, collectives through `host`,
+ * which it takes over (destroyed with it). */
+int dptp_comm_staged_create(struct dptp_comm **out, struct dptp_comm *host, struct dptp_exchange *x,
+			    struct dptp_err *err);
+
 /* The exchange backend's buffer broadcast from a group-local root, on the
  * data plane c, with the source from dptp_xchg_root_src() (as
  * dptp_xchg_bcast_root). */

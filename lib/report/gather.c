@@ -176,18 +176,19 @@ int dptp_fetch_published(struct dptp_bootstrap *b, int rank, const char *key, do
 	}
 }
 
-int dptp_gather_results(struct dptp_ctx *c, const struct dptp_check_result *res, size_t nres,
-			double timeout, struct dptp_report *r, struct dptp_err *err)
+int dptp_gather_results(struct dptp_bootstrap *b, const struct dptp_layout *l,
+			const struct dptp_check_result *res, size_t nres, double timeout,
+			struct dptp_report *r, struct dptp_err *err)
 {
-	int world = c->layout.world, rc = 0;
+	int world = l->world, rc = 0;
 	void *mine = NULL;
 	size_t mlen = 0;
 	if (dptp_results_pack(res, nres, &mine, &mlen) < 0)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
 	/* no fence: a rank that stopped mid-collective must not keep rank 0
 	 * from reporting the others; each rank publishes, rank 0 fetches */
-	rc = dptp_bootstrap_publish(c->b, "dptp.results", mine, mlen, err);
-	if (c->rank != 0) {
+	rc = dptp_bootstrap_publish(b, "dptp.results", mine, mlen, err);
+	if (b->rank != 0) {
 		free(mine);
 		return rc;
 	}
@@ -205,7 +206,7 @@ int dptp_gather_results(struct dptp_ctx *c, const struct dptp_check_result *res,
 			void *data = NULL;
 			size_t len = 0;
 			struct dptp_err e = {0};
-			int grc = dptp_fetch_published(c->b, q, "dptp.results", deadline, &data, &len, &e);
+			int grc = dptp_fetch_published(b, q, "dptp.results", deadline, &data, &len, &e);
 			if (grc == 0)
 				got = dptp_results_unpack(data, len, rows[q], nres);
 			free(data);
@@ -223,7 +224,7 @@ int dptp_gather_results(struct dptp_ctx *c, const struct dptp_check_result *res,
 	}
 	if (!rows)
 		rc = dptp_err_set(err, -ENOMEM, "out of memory");
-	else if (dptp_results_merge(&c->layout, rows, nres, r) < 0)
+	else if (dptp_results_merge(l, rows, nres, r) < 0)
 		rc = dptp_err_set(err, -ENOMEM, "out of memory");
 	else if (missing)
 		rc = dptp_err_set(err, -ETIMEDOUT, "%d of %d ranks never reported", missing, world);

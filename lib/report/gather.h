@@ -3,15 +3,17 @@
 #ifndef DPTP_LIB_GATHER_H
 #define DPTP_LIB_GATHER_H
 
-#include "checks/ctx.h"
+#include "base/layout.h"
+#include "bootstrap/bootstrap.h"
 #include "report/report.h"
 
 /* Collective. res[nres] are this rank's results in check order. On rank 0,
  * fills r->replicas (caller releases with dptp_report_release); ranks whose
  * results never came are `timeout` with a detail saying so. `timeout` bounds
  * the exchange. Returns 0, or -ETIMEDOUT when some ranks were missing. */
-int dptp_gather_results(struct dptp_ctx *c, const struct dptp_check_result *res, size_t nres,
-			double timeout, struct dptp_report *r, struct dptp_err *err);
+int dptp_gather_results(struct dptp_bootstrap *b, const struct dptp_layout *l,
+			const struct dptp_check_result *res, size_t nres, double timeout,
+			struct dptp_report *r, struct dptp_err *err);
 
 /* Gets a key that `rank` publishes without a fence (see
  * dptp_bootstrap_publish), waiting until the absolute deadline. */
