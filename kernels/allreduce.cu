@@ -181,6 +181,30 @@ __device__ __forceinline__ unsigned ld_volatile_u32(const unsigned *p)
 	return *(const volatile unsigned *)p;
 }
 
+/* Inputs read once: no L1 allocation, 256-byte L2 fetches (HINT 1), or plain. */
+template <int HINT> __device__ __forceinline__ uint4 ld_once(const uint4 *p)
+{
+	if (!HINT)
+		return *p;
+	uint4 v;
+	asm volatile("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+		     : "l"(p));
+	return v;
+}
+
+/* Outputs written once: streaming (evict-first) stores (HINT 1), or plain. */
+template <int HINT> __device__ __forceinline__ void st_once(uint4 *p, uint4 v)
+{
+	if (!HINT) {
+		*p = v;
+		return;
+	}
+	asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
+		     "r"(v.z), "r"(v.w)
+		     : "memory");
+}
+
 /* Spins on a Lamport slot until it holds no -0.0, or the deadline passes
  * (then marks the error once per thread and stops waiting for good). */
 template <typename T>
@@ -237,13 +261,49 @@ __device__ __forceinline__ uint4 add_residual(float (&f)[Ops<T>::E], uint4 res, 
 	return ro;
 }
 
-/* Reduces ss over the block, normalises the row's ro vectors and stores both
- * outputs; with PUSH ranks (two-shot), also into every other rank's gather area. */
-template <typename T, int VPT, int PUSH>
-__device__ __forceinline__ void finish_row(const Params &p, size_t row, const uint4 (&ro)[VPT],
-					   float ss, float *red)
+/* One vector of norm_out from one of residual_out: every kernel uses this. */
+template <typename T> __device__ __forceinline__ uint4 norm_vec(uint4 ro, uint4 gamma, float rstd)
 {
 	constexpr int E = Ops<T>::E;
+	float g[E], n[E];
+	Ops<T>::unpack(ro, n);
+	Ops<T>::unpack(gamma, g);
+#pragma unroll
+	for (int e = 0; e < E; e++)
+		n[e] = n[e] * rstd * g[e];
+	return Ops<T>::pack(n);
+}
+
+/* gamma stays in registers across a block's rows when a thread holds few
+ * vectors (loaded once per block instead of once per row); wider threads
+ * read it per row through L1, which keeps them from spilling. */
+template <int VPT, bool REG> struct Gamma {
+	uint4 v[REG ? VPT : 1];
+	__device__ __forceinline__ void load(const uint4 *gamma, int hvec)
+	{
+		if constexpr (REG) {
+#pragma unroll
+			for (int k = 0; k < VPT; k++) {
+				const int idx = threadIdx.x + k * blockDim.x;
+				v[k] = idx < hvec ? __ldg(gamma + idx) : make_uint4(0, 0, 0, 0);
+			}
+		}
+	}
+	__device__ __forceinline__ uint4 get(const uint4 *gamma, int k, int idx) const
+	{
+		if constexpr (REG)
+			return v[k];
+		else
+			return __ldg(gamma + idx);
+	}
+};
+
+/* Reduces ss over the block, normalises the row's ro vectors and stores both
+ * outputs; with PUSH ranks (two-shot), also into every other rank's gather area. */
+template <typename T, int VPT, int PUSH, bool GREG, int HINT = 0>
+__device__ __forceinline__ void finish_row(const Params &p, size_t row, const uint4 (&ro)[VPT],
+					   float ss, float *red, const Gamma<VPT, GREG> &gm)
+{
 	const size_t base = row * (size_t)p.hvec;
 	ss = block_sum(ss, red);
 	const float rstd = rsqrtf(ss * p.inv_hidden + p.eps);
@@ -251,15 +311,9 @@ __device__ __forceinline__ void finish_row(const Params &p, size_t row, const ui
 	for (int k = 0; k < VPT; k++) {
 		const int idx = threadIdx.x + k * blockDim.x;
 		if (idx < p.hvec) {
-			float g[E], n[E];
-			Ops<T>::unpack(ro[k], n);
-			Ops<T>::unpack(__ldg(p.gamma + idx), g);
-#pragma unroll
-			for (int e = 0; e < E; e++)
-				n[e] = n[e] * rstd * g[e];
-			const uint4 no = Ops<T>::pack(n);
-			p.res_out[base + idx] = ro[k];
-			p.norm_out[base + idx] = no;
+			const uint4 no = norm_vec<T>(ro[k], gm.get(p.gamma, k, idx), rstd);
+			st_once<HINT>(p.res_out + base + idx, ro[k]);
+			st_once<HINT>(p.norm_out + base + idx, no);
 #pragma unroll
 			for (int q = 0; q < PUSH; q++) {
 				if (q == p.rank)
@@ -288,13 +342,52 @@ template <typename F> __device__ __forceinline__ void last_block(Ctrl *ctrl, F f
 
 /* ---- residual + RMSNorm (TP 1, and the unfused baseline) ---- */
 
-template <typename T, int VPT>
-__global__ void __launch_bounds__(THREADS_MAX, 1) norm_kernel(Params p)
+/* x and residual_in of one row into registers (16-byte loads, all issued
+ * before any is used). */
+template <int VPT, int HINT>
+__device__ __forceinline__ void load_row(const Params &p, size_t row, uint4 (&x)[VPT],
+					 uint4 (&r)[VPT])
+{
+	const size_t base = row * (size_t)p.hvec;
+#pragma unroll
+	for (int k = 0; k < VPT; k++) {
+		const int idx = threadIdx.x + k * blockDim.x;
+		if (idx < p.hvec) {
+			x[k] = ld_once<HINT>(p.x + base + idx);
+			r[k] = ld_once<HINT>(p.res_in + base + idx);
+		}
+	}
+}
+
+/* A block takes rows blockIdx.x, +gridDim.x, ... (one row when the grid is
+ * one block per row). F: DPTP_NORM_HINTS (ld_once/st_once hints),
+ * DPTP_NORM_PREFETCH (the next row's loads issued before this row's block
+ * reduction and stores, and gamma read once per block; only up to 4
+ * vectors per thread: 8 would spill holding two rows), DPTP_NORM_PDL
+ * (programmatic dependent launch: wait for the previous kernel's memory at
+ * the start, let the next kernel's blocks be scheduled once all of ours
+ * are). One pass over each row: it stays in registers. */
+template <typename T, int VPT, int F>
+__global__ void __launch_bounds__(THREADS_MAX) norm_kernel(Params p)
 {
 	constexpr int E = Ops<T>::E;
+	constexpr int HINT = (F & DPTP_NORM_HINTS) ? 1 : 0;
+	constexpr bool PREFETCH = (F & DPTP_NORM_PREFETCH) && VPT <= 4;
 	__shared__ float red[32];
-	for (size_t row = blockIdx.x; row < p.tokens; row += gridDim.x) {
-		const size_t base = row * (size_t)p.hvec;
+	if constexpr ((F & DPTP_NORM_PDL) != 0) {
+		asm volatile("griddepcontrol.wait;" ::: "memory");
+		asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+	}
+	size_t row = blockIdx.x;
+	if (row >= p.tokens)
+		return;
+	Gamma<VPT, PREFETCH> gm;
+	gm.load(p.gamma, p.hvec);
+	uint4 xa[VPT], ra[VPT];
+	if (PREFETCH)
+		load_row<VPT, HINT>(p, row, xa, ra);
+	for (;;) {
+		const size_t base = row * (size_t)p.hvec, next = row + gridDim.x;
 		uint4 ro[VPT];
 		float ss = 0.f;
 #pragma unroll
@@ -302,11 +395,18 @@ __global__ void __launch_bounds__(THREADS_MAX, 1) norm_kernel(Params p)
 			const int idx = threadIdx.x + k * blockDim.x;
 			if (idx < p.hvec) {
 				float f[E];
-				Ops<T>::unpack(p.x[base + idx], f);
-				ro[k] = add_residual<T>(f, p.res_in[base + idx], ss);
+				/* without prefetch, vector by vector: all up front spills at 8 */
+				Ops<T>::unpack(PREFETCH ? xa[k] : ld_once<HINT>(p.x + base + idx), f);
+				ro[k] = add_residual<T>(
+					f, PREFETCH ? ra[k] : ld_once<HINT>(p.res_in + base + idx), ss);
 			}
 		}
-		finish_row<T, VPT, 0>(p, row, ro, ss, red);
+		if (PREFETCH && next < p.tokens)
+			load_row<VPT, HINT>(p, next, xa, ra);
+		finish_row<T, VPT, 0, PREFETCH, HINT>(p, row, ro, ss, red, gm);
+		if (next >= p.tokens)
+			break;
+		row = next;
 	}
 }
 
@@ -365,6 +465,8 @@ __global__ void __launch_bounds__(THREADS_MAX, 1) oneshot_kernel(Params p)
 	}
 
 	/* 3. Read every slot of our buffer until no -0.0 is left; sum in rank order. */
+	Gamma<VPT, (VPT <= 2)> gm;
+	gm.load(p.gamma, p.hvec);
 	const uint4 *mine = reinterpret_cast<const uint4 *>(p.bufs[p.rank] + p.lamport[cur]);
 	for (size_t row = blockIdx.x; row < p.tokens; row += gridDim.x) {
 		const size_t base = row * (size_t)p.hvec;
@@ -395,7 +497,7 @@ __global__ void __launch_bounds__(THREADS_MAX, 1) oneshot_kernel(Params p)
 				ro[k] = add_residual<T>(f, p.res_in[base + idx], ss);
 			}
 		}
-		finish_row<T, VPT, 0>(p, row, ro, ss, red);
+		finish_row<T, VPT, 0>(p, row, ro, ss, red, gm);
 	}
 
 	const unsigned long long elems = (unsigned long long)p.tokens * p.hvec * E;
@@ -473,6 +575,8 @@ __global__ void __launch_bounds__(THREADS_MAX, 1) twoshot_kernel(Params p)
 		size_t b, e;
 		slice_of(p.tokens, N, p.rank, b, e);
 		const uint4 *in = reinterpret_cast<const uint4 *>(p.bufs[p.rank] + p.scatter);
+		Gamma<VPT, (VPT <= 2)> gm;
+		gm.load(p.gamma, p.hvec);
 		for (size_t row = b + blockIdx.x; row < e; row += gridDim.x) {
 			const size_t base = row * (size_t)p.hvec;
 			uint4 ro[VPT];
@@ -500,7 +604,7 @@ __global__ void __launch_bounds__(THREADS_MAX, 1) twoshot_kernel(Params p)
 					ro[k] = add_residual<T>(f, p.res_in[base + idx], ss);
 				}
 			}
-			finish_row<T, VPT, N>(p, row, ro, ss, red);
+			finish_row<T, VPT, N>(p, row, ro, ss, red, gm);
 		}
 	}
 	barrier<N>(p, 1, flag, deadline, gave_up);
@@ -549,12 +653,16 @@ __global__ void fill_u16_kernel(unsigned short *p, unsigned short v)
 
 /* ---- kernel table ---- */
 
+/* The TP 1 kernel's launch (plan.h). */
+constexpr int NORM_VPT_MIN = DPTP_NORM_VPT_MIN;
+constexpr int NORM_FLAGS = DPTP_NORM_FLAGS;
+
 template <typename T, int N, int VPT> const void *kernel_of(enum dptp_ar_algo a)
 {
 	switch (a) {
 	case DPTP_AR_ONESHOT: return (const void *)oneshot_kernel<T, N, VPT>;
 	case DPTP_AR_TWOSHOT: return (const void *)twoshot_kernel<T, N, VPT>;
-	default: return (const void *)norm_kernel<T, VPT>;
+	default: return NULL;
 	}
 }
 
@@ -571,8 +679,6 @@ template <typename T, int N> const void *by_vpt(enum dptp_ar_algo a, int vpt)
 
 template <typename T> const void *by_ranks(enum dptp_ar_algo a, int n, int vpt)
 {
-	if (a == DPTP_AR_NORM_ONLY || n == 1)
-		return by_vpt<T, 2>(DPTP_AR_NORM_ONLY, vpt); /* N unused by norm_kernel */
 	switch (n) {
 	case 2: return by_vpt<T, 2>(a, vpt);
 	case 4: return by_vpt<T, 4>(a, vpt);
@@ -581,6 +687,42 @@ template <typename T> const void *by_ranks(enum dptp_ar_algo a, int n, int vpt)
 	}
 }
 
+template <typename T, int F> const void *norm_by_vpt(int vpt)
+{
+	switch (vpt) {
+	case 1: return (const void *)norm_kernel<T, 1, F>;
+	case 2: return (const void *)norm_kernel<T, 2, F>;
+	case 4: return (const void *)norm_kernel<T, 4, F>;
+	case 8: return (const void *)norm_kernel<T, 8, F>;
+	default: return NULL;
+	}
+}
+
+template <typename T> const void *norm_by_flags(int vpt, int f)
+{
+	switch (f & (DPTP_NORM_HINTS | DPTP_NORM_PREFETCH | DPTP_NORM_PDL)) {
+	case 0: return norm_by_vpt<T, 0>(vpt);
+	case 1: return norm_by_vpt<T, 1>(vpt);
+	case 2: return norm_by_vpt<T, 2>(vpt);
+	case 3: return norm_by_vpt<T, 3>(vpt);
+	case 4: return norm_by_vpt<T, 4>(vpt);
+	case 5: return norm_by_vpt<T, 5>(vpt);
+	case 6: return norm_by_vpt<T, 6>(vpt);
+	default: return norm_by_vpt<T, 7>(vpt);
+	}
+}
+
+const void *norm_for(enum dptp_dtype dt, int vpt, int flags)
+{
+	switch (dt) {
+	case DPTP_DTYPE_FP32: return norm_by_flags<float>(vpt, flags);
+	case DPTP_DTYPE_FP16: return norm_by_flags<__half>(vpt, flags);
+	case DPTP_DTYPE_BF16: return norm_by_flags<__nv_bfloat16>(vpt, flags);
+	}
+	return NULL;
+}
+
+/* One-shot and two-shot; n 2, 4, 8. */
 const void *kernel_for(enum dptp_ar_algo a, enum dptp_dtype dt, int n, int vpt)
 {
 	switch (dt) {
@@ -600,6 +742,33 @@ int resident_of(const void *fn, int threads, int *blocks, struct dptp_err *err)
 	DPTP_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0), err,
 		    "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
 	*blocks = per_sm * sms;
+	return 0;
+}
+
+/* resident_of, remembered per kernel, block size and device (the TP 1
+ * kernel asks on every call). */
+int resident_cached(const void *fn, int threads, int *blocks, struct dptp_err *err)
+{
+	static thread_local struct {
+		const void *fn;
+		int threads, dev, blocks;
+	} cache[8];
+	static thread_local unsigned next;
+	int dev = 0;
+	DPTP_CU_TRY(cudaGetDevice(&dev), err, "cudaGetDevice");
+	for (auto &c : cache)
+		if (c.fn == fn && c.threads == threads && c.dev == dev) {
+			*blocks = c.blocks;
+			return 0;
+		}
+	int rc = resident_of(fn, threads, blocks, err);
+	if (rc)
+		return rc;
+	auto &c = cache[next++ % 8];
+	c.fn = fn;
+	c.threads = threads;
+	c.dev = dev;
+	c.blocks = *blocks;
 	return 0;
 }
 
@@ -760,16 +929,66 @@ int dptp_cuda_ar_reset(struct dptp_cuda_ar *ar, struct dptp_err *err)
 	return ar_init_state(ar, err);
 }
 
+/* The TP 1 kernel: shape from vpt_min; grid one block per row, or what fits
+ * (DPTP_NORM_PERSISTENT), capped by max_blocks. */
+static int norm_launch(const struct dptp_ar_args *a, enum dptp_dtype dt, int vpt_min, int flags,
+		       cudaStream_t s, int *grid_out, struct dptp_err *err)
+{
+	int rc = check_ptrs(a, err);
+	if (rc)
+		return rc;
+	rc = dptp_ar_validate(1, a->tokens, a->hidden, dt, 0, DPTP_AR_NORM_ONLY, err);
+	if (rc)
+		return rc;
+	struct dptp_ar_shape sh;
+	if (dptp_ar_norm_shape_get(a->hidden, dt, vpt_min, &sh))
+		return dptp_kerr(err, -EINVAL, "residual + RMSNorm: %d vectors per thread", vpt_min);
+	const void *fn = norm_for(dt, sh.vpt, flags);
+	if (!fn)
+		return dptp_kerr(err, -EINVAL, "residual + RMSNorm: no kernel for this shape");
+	int resident = 0;
+	if (flags & DPTP_NORM_PERSISTENT) {
+		rc = resident_cached(fn, sh.threads, &resident, err);
+		if (rc)
+			return rc;
+	}
+	const int grid = dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, a->tokens, a->max_blocks, resident);
+	Params k;
+	memset(&k, 0, sizeof(k));
+	fill_common(k, a, dt, sh);
+	if (grid_out)
+		*grid_out = grid;
+	if (!(flags & DPTP_NORM_PDL))
+		return launch(fn, grid, sh.threads, k, s, err);
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute attr[1] = {};
+	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.gridDim = dim3(grid);
+	cfg.blockDim = dim3(sh.threads);
+	cfg.stream = s;
+	cfg.attrs = attr;
+	cfg.numAttrs = 1;
+	void *args[] = {&k};
+	DPTP_CU_TRY(cudaLaunchKernelExC(&cfg, fn, args), err, "cudaLaunchKernelExC");
+	return 0;
+}
+
 int dptp_cuda_ar_resident_blocks(enum dptp_dtype dt, size_t hidden, int nranks, int *blocks,
 				 struct dptp_err *err)
 {
 	struct dptp_ar_shape sh;
+	if (nranks == 1) {
+		if (dptp_ar_norm_shape_get(hidden, dt, NORM_VPT_MIN, &sh))
+			return dptp_kerr(err, -EINVAL, "hidden %zu not supported", hidden);
+		return resident_cached(norm_for(dt, sh.vpt, NORM_FLAGS), sh.threads, blocks, err);
+	}
 	if (dptp_ar_shape_get(hidden, dt, &sh))
 		return dptp_kerr(err, -EINVAL, "hidden %zu not supported", hidden);
 	int best = 0;
 	const enum dptp_ar_algo algos[] = {DPTP_AR_ONESHOT, DPTP_AR_TWOSHOT};
-	for (int i = 0; i < (nranks > 1 ? 2 : 1); i++) {
-		const void *fn = kernel_for(nranks > 1 ? algos[i] : DPTP_AR_NORM_ONLY, dt, nranks, sh.vpt);
+	for (int i = 0; i < 2; i++) {
+		const void *fn = kernel_for(algos[i], dt, nranks, sh.vpt);
 		if (!fn)
 			return dptp_kerr(err, -EINVAL, "no kernel for ranks %d", nranks);
 		int b = 0;
@@ -791,13 +1010,16 @@ int dptp_cuda_ar_fused(struct dptp_cuda_ar *ar, const struct dptp_ar_args *a, vo
 	int rc = check_ptrs(a, err);
 	if (rc)
 		return rc;
+	if (n == 1) {
+		rc = norm_launch(a, dt, NORM_VPT_MIN, NORM_FLAGS, (cudaStream_t)stream, NULL, err);
+		if (!rc && used)
+			*used = DPTP_AR_NORM_ONLY;
+		return rc;
+	}
 	enum dptp_ar_algo algo = a->algo;
-	if (n == 1)
-		algo = DPTP_AR_NORM_ONLY;
-	else if (algo == DPTP_AR_AUTO)
+	if (algo == DPTP_AR_AUTO)
 		algo = dptp_ar_choose(n, a->tokens, a->hidden, dt);
-	rc = dptp_ar_validate(n, a->tokens, a->hidden, dt, n > 1 ? ar->cfg.max_bytes : 0, algo,
-			      err);
+	rc = dptp_ar_validate(n, a->tokens, a->hidden, dt, ar->cfg.max_bytes, algo, err);
 	if (rc)
 		return rc;
 	struct dptp_ar_shape sh;
@@ -860,18 +1082,14 @@ int dptp_cuda_ar_check(struct dptp_cuda_ar *ar, void *stream, struct dptp_err *e
 int dptp_cuda_residual_rmsnorm(const struct dptp_ar_args *a, enum dptp_dtype dt, void *stream,
 			       struct dptp_err *err)
 {
-	int rc = check_ptrs(a, err);
-	if (rc)
-		return rc;
-	rc = dptp_ar_validate(1, a->tokens, a->hidden, dt, 0, DPTP_AR_NORM_ONLY, err);
-	if (rc)
-		return rc;
-	struct dptp_ar_shape sh;
-	dptp_ar_shape_get(a->hidden, dt, &sh);
-	const void *fn = kernel_for(DPTP_AR_NORM_ONLY, dt, 1, sh.vpt);
-	const int grid = dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, a->tokens, a->max_blocks, 0);
-	Params k;
-	memset(&k, 0, sizeof(k));
-	fill_common(k, a, dt, sh);
-	return launch(fn, grid, sh.threads, k, (cudaStream_t)stream, err);
+	return norm_launch(a, dt, NORM_VPT_MIN, NORM_FLAGS, (cudaStream_t)stream, NULL, err);
+}
+
+int dptp_cuda_residual_rmsnorm_variant(const struct dptp_ar_args *a, enum dptp_dtype dt,
+				       int vpt_min, int flags, void *stream, int *grid,
+				       struct dptp_err *err)
+{
+	if (vpt_min != 1 && vpt_min != 2 && vpt_min != 4 && vpt_min != 8)
+		return dptp_kerr(err, -EINVAL, "residual + RMSNorm: vectors per thread %d", vpt_min);
+	return norm_launch(a, dt, vpt_min, flags, (cudaStream_t)stream, grid, err);
 }

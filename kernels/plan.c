@@ -122,11 +122,20 @@ size_t dptp_cuda_ar_buffer_bytes(int nranks, size_t max_bytes)
 
 int dptp_ar_shape_get(size_t hidden, enum dptp_dtype dt, struct dptp_ar_shape *s)
 {
+	/* as few vectors per thread as 512 threads allow */
+	return dptp_ar_norm_shape_get(hidden, dt, 1, s);
+}
+
+int dptp_ar_norm_shape_get(size_t hidden, enum dptp_dtype dt, int vpt_min, struct dptp_ar_shape *s)
+{
 	size_t per_vec = 16 / dptp_dtype_bytes(dt);
-	if (hidden == 0 || hidden % 8 || hidden > dptp_cuda_ar_max_hidden(dt))
+	if (hidden == 0 || hidden % 8 || hidden > dptp_cuda_ar_max_hidden(dt) ||
+	    (vpt_min != 1 && vpt_min != 2 && vpt_min != 4 && vpt_min != 8))
 		return -EINVAL;
 	size_t hv = hidden / per_vec;
-	int vpt = 1;
+	int vpt = vpt_min;
+	while (vpt > 1 && hv < (size_t)vpt * 32)
+		vpt /= 2;
 	while ((hv + (size_t)vpt - 1) / (size_t)vpt > 512)
 		vpt *= 2;
 	size_t t = (hv + (size_t)vpt - 1) / (size_t)vpt;
@@ -151,16 +160,13 @@ int dptp_ar_grid(enum dptp_ar_algo algo, int nranks, size_t tokens, int max_bloc
 	size_t g = rows;
 	if (max_blocks > 0 && g > (size_t)max_blocks)
 		g = (size_t)max_blocks;
-	if (algo == DPTP_AR_NORM_ONLY || nranks == 1) {
-		/* Nothing waits: one block per row, the hardware schedules the waves. */
-		if (g > ((size_t)1 << 30))
-			g = (size_t)1 << 30;
-		return g < 1 ? 1 : (int)g;
-	}
-	/* Blocks that wait for peers must all be resident; two-shot pairs
-	 * blocks through DPTP_AR_MAX_BLOCKS flag slots. */
+	/* Blocks that wait for peers must all be resident; the norm kernel's
+	 * blocks loop over the rows when asked to be only what fits;
+	 * two-shot pairs blocks through DPTP_AR_MAX_BLOCKS flag slots. */
 	if (resident > 0 && g > (size_t)resident)
 		g = (size_t)resident;
+	if (g > ((size_t)1 << 30))
+		g = (size_t)1 << 30;
 	if (algo == DPTP_AR_TWOSHOT && g > DPTP_AR_MAX_BLOCKS)
 		g = DPTP_AR_MAX_BLOCKS;
 	return g < 1 ? 1 : (int)g;

@@ -34,9 +34,33 @@ struct dptp_ar_shape {
 };
 int dptp_ar_shape_get(size_t hidden, enum dptp_dtype dt, struct dptp_ar_shape *s);
 
+/* The TP 1 kernel's shape: at least vpt_min (1, 2, 4, 8) vectors per thread
+ * (fewer when the row has under 32 x vpt_min vectors), more when 512 threads
+ * would not cover the row. */
+int dptp_ar_norm_shape_get(size_t hidden, enum dptp_dtype dt, int vpt_min, struct dptp_ar_shape *s);
+
+/* The TP 1 kernel's variants (flags), for the self-test's bench. */
+#define DPTP_NORM_HINTS 1	/* loads: no L1 allocation, 256-byte L2 fetches; stores: streaming */
+#define DPTP_NORM_PREFETCH 2	/* next row's loads before this row's reduction */
+#define DPTP_NORM_PDL 4		/* programmatic dependent launch */
+#define DPTP_NORM_PERSISTENT 8	/* grid: what fits on the GPU, not one block per row */
+
+/* What dptp_cuda_residual_rmsnorm runs, from the self-test's bench
+ * (kernels/NOTES.md). */
+#define DPTP_NORM_VPT_MIN 2
+#define DPTP_NORM_FLAGS 0
+
+/* Bench: the TP 1 residual + RMSNorm kernel with vpt_min vectors per thread
+ * (see dptp_ar_norm_shape_get) and DPTP_NORM_* flags; otherwise as
+ * dptp_cuda_residual_rmsnorm. *grid (may be NULL) gets the blocks launched. */
+int dptp_cuda_residual_rmsnorm_variant(const struct dptp_ar_args *a, enum dptp_dtype dt,
+				       int vpt_min, int flags, void *stream, int *grid,
+				       struct dptp_err *err);
+
 /* Blocks of one launch: one per row (one-shot/norm: tokens; two-shot: the
- * largest slice), capped by max_blocks (when > 0); one-shot and two-shot also
- * by resident (their blocks wait for peers), two-shot by DPTP_AR_MAX_BLOCKS. */
+ * largest slice), capped by max_blocks (when > 0) and by resident (when
+ * > 0: one-shot and two-shot blocks wait for peers; the norm kernel's
+ * blocks loop over the rows when it is fewer), two-shot by DPTP_AR_MAX_BLOCKS. */
 int dptp_ar_grid(enum dptp_ar_algo algo, int nranks, size_t tokens, int max_blocks, int resident);
 
 /* Two-shot token slices: rows [*begin, *end) belong to rank s. */

@@ -11,7 +11,9 @@
  * times fused one-shot / two-shot against the separate residual + RMSNorm
  * kernel.
  *
- * Usage: dptp-kernel-selftest [--no-bench] [--quick]
+ * Usage: dptp-kernel-selftest [--no-bench] [--quick] [--norm-bench]
+ * (--norm-bench: the quick correctness sweep, then only the TP 1 residual +
+ * RMSNorm kernel's variants against the copy bandwidth.)
  * JSON on stdout, progress and a table on stderr. Exit 0 pass, 1 fail,
  * 77 no GPU (meson's skip). */
 #include <errno.h>
@@ -26,6 +28,7 @@
 #include <unistd.h>
 
 #include "kernels.h"
+#include "plan.h"
 
 #define CHECK(call)                                                                   \
 	do {                                                                          \
@@ -708,10 +711,10 @@ static void fill_inputs(struct world *w, size_t count)
 	free(h);
 }
 
-static void bench(FILE *js)
+/* Device-to-device copy of 1 GiB (cudaMemcpy), bytes read + written per
+ * second: the ceiling of a memory-bound kernel. */
+static double copy_bandwidth(void)
 {
-	const size_t maxc = 2048 * 8192;
-	/* Copy bandwidth: the ceiling for memory-bound kernels. */
 	void *a = NULL, *b = NULL, *s = NULL, *e0 = NULL, *e1 = NULL;
 	const size_t cb = (size_t)1 << 30;
 	CHECK(dptp_cuda_malloc(&a, cb, &errbuf));
@@ -729,13 +732,226 @@ static void bench(FILE *js)
 		if (it >= WARMUP)
 			CHECK(dptp_cuda_event_elapsed_ms(e0, e1, &ms[it - WARMUP], &errbuf));
 	}
-	double copy_gbs = 2.0 * (double)cb / (median(ms, ITERS) * 1e-3) / 1e9;
 	dptp_cuda_free(a);
 	dptp_cuda_free(b);
 	dptp_cuda_stream_destroy(s);
 	dptp_cuda_event_destroy(e0);
 	dptp_cuda_event_destroy(e1);
+	return 2.0 * (double)cb / (median(ms, ITERS) * 1e-3) / 1e9;
+}
 
+/* ---- the TP 1 residual + RMSNorm kernel against the copy ceiling ---- */
+
+#define B2B_CALLS 20	/* launches per back-to-back sample */
+#define B2B_REPS 10
+
+struct norm_variant {
+	int vpt_min, flags;	/* DPTP_NORM_* */
+};
+
+/* The default first (dptp_cuda_residual_rmsnorm itself). */
+static const struct norm_variant norm_variants[] = {
+	{DPTP_NORM_VPT_MIN, DPTP_NORM_FLAGS},
+	{2, 0},
+	{2, DPTP_NORM_HINTS},
+	{2, DPTP_NORM_PDL},
+	{2, DPTP_NORM_HINTS | DPTP_NORM_PDL},
+	{2, DPTP_NORM_PREFETCH | DPTP_NORM_PERSISTENT},
+	{4, 0},
+	{4, DPTP_NORM_HINTS},
+	{4, DPTP_NORM_PDL},
+	{4, DPTP_NORM_HINTS | DPTP_NORM_PDL},
+	{8, DPTP_NORM_PERSISTENT},
+};
+
+struct norm_set {
+	void *x, *res, *ro, *no;
+};
+
+static int launch_variant(const struct norm_variant *v, bool dflt, const struct norm_set *b,
+			  void *gamma, size_t t, size_t h, void *stream, int *grid)
+{
+	struct dptp_ar_args a = {
+		.x = b->x, .residual_in = b->res, .gamma = gamma, .residual_out = b->ro,
+		.norm_out = b->no, .tokens = t, .hidden = h, .eps = 1e-6f,
+	};
+	if (dflt)
+		return dptp_cuda_residual_rmsnorm(&a, DPTP_DTYPE_BF16, stream, &errbuf);
+	return dptp_cuda_residual_rmsnorm_variant(&a, DPTP_DTYPE_BF16, v->vpt_min, v->flags, stream,
+						  grid, &errbuf);
+}
+
+/* Checks set 0's outputs: residual_out exact; returns the largest norm_out
+ * error in ulp against a float64 reference (the caller allows 1, as the
+ * correctness sweep does), or -1 when residual_out is wrong or NaN shows. */
+static double norm_exactness(const struct norm_set *b, size_t t, size_t h, uint16_t *ro,
+			     uint16_t *no)
+{
+	const size_t count = t * h;
+	CHECK(dptp_cuda_memcpy(ro, b->ro, count * 2, NULL, &errbuf));
+	CHECK(dptp_cuda_memcpy(no, b->no, count * 2, NULL, &errbuf));
+	double worst = 0;
+	for (size_t r = 0; r < t; r++) {
+		double ss = 0;
+		for (size_t c = 0; c < h; c++) {
+			const size_t i = r * h + c;
+			const double want = (double)in_x(0, i) + (double)in_res(i);
+			if ((double)from_bf16(ro[i]) != want)
+				return -1;
+			ss += want * want;
+		}
+		const double rstd = 1.0 / sqrt(ss / (double)h + 1e-6);
+		for (size_t c = 0; c < h; c++) {
+			const size_t i = r * h + c;
+			const double want = ((double)in_x(0, i) + (double)in_res(i)) * rstd * in_gamma(c);
+			const double e = fabs((double)from_bf16(no[i]) - want) / ulp(want, DPTP_DTYPE_BF16);
+			if (isnan(e))
+				return -1;
+			worst = fmax(worst, e);
+		}
+	}
+	return worst;
+}
+
+static void bench_norm(FILE *js, double copy_gbs)
+{
+	const size_t shapes[][2] = {{2048, 8192}, {16384, 8192}};
+	const size_t nvar = sizeof(norm_variants) / sizeof(norm_variants[0]);
+	void *stream = NULL, *e0 = NULL, *e1 = NULL, *gamma = NULL;
+	CHECK(dptp_cuda_stream_create(&stream, &errbuf));
+	CHECK(dptp_cuda_event_create(&e0, &errbuf));
+	CHECK(dptp_cuda_event_create(&e1, &errbuf));
+	CHECK(dptp_cuda_malloc(&gamma, 32768 * 2, &errbuf));
+	uint16_t *g = malloc(32768 * 2);
+	for (size_t i = 0; i < 32768; i++)
+		g[i] = to_bf16(in_gamma(i));
+	CHECK(dptp_cuda_memcpy(gamma, g, 32768 * 2, NULL, &errbuf));
+	free(g);
+	fprintf(js, ",\n  \"norm\": {\"copy_gbps\": %.1f, \"b2b_calls\": %d, \"rows\": [", copy_gbs,
+		B2B_CALLS);
+	fprintf(stderr, "\nresidual + RMSNorm bf16 vs copy %.1f GB/s (single: median of %d launches, "
+			"each timed alone; b2b: %d launches back to back, median of %d)\n",
+		copy_gbs, ITERS, B2B_CALLS, B2B_REPS);
+	fprintf(stderr, "%-14s %-30s %3s %7s %7s %10s %10s %9s %7s %8s\n", "shape", "variant", "vpt", "threads",
+		"grid", "single us", "b2b us", "b2b GB/s", "% copy", "ulp");
+	int firstrow = 1;
+	for (size_t si = 0; si < 2; si++) {
+		const size_t t = shapes[si][0], h = shapes[si][1], count = t * h, bytes = count * 2;
+		/* Several input/output sets when one fits in L2 a few times over,
+		 * so that back-to-back calls never find their inputs cached. */
+		const int nsets = bytes <= ((size_t)64 << 20) ? 3 : 1;
+		struct norm_set sets[3];
+		uint16_t *hx = malloc(bytes), *hr = malloc(bytes), *ro = malloc(bytes), *no = malloc(bytes);
+		if (!hx || !hr || !ro || !no) {
+			fprintf(stderr, "selftest: out of host memory\n");
+			exit(1);
+		}
+		for (size_t i = 0; i < count; i++) {
+			hx[i] = to_bf16(in_x(0, i));
+			hr[i] = to_bf16(in_res(i));
+		}
+		for (int k = 0; k < nsets; k++) {
+			CHECK(dptp_cuda_malloc(&sets[k].x, bytes, &errbuf));
+			CHECK(dptp_cuda_malloc(&sets[k].res, bytes, &errbuf));
+			CHECK(dptp_cuda_malloc(&sets[k].ro, bytes, &errbuf));
+			CHECK(dptp_cuda_malloc(&sets[k].no, bytes, &errbuf));
+			CHECK(dptp_cuda_memcpy(sets[k].x, hx, bytes, NULL, &errbuf));
+			CHECK(dptp_cuda_memcpy(sets[k].res, hr, bytes, NULL, &errbuf));
+		}
+		for (size_t vi = 0; vi < nvar; vi++) {
+			const struct norm_variant *v = &norm_variants[vi];
+			struct dptp_ar_shape sh;
+			dptp_ar_norm_shape_get(h, DPTP_DTYPE_BF16, v->vpt_min, &sh);
+			const bool dflt = vi == 0;
+			int grid = 0;
+			/* poison, run once, check every element: the default against a
+			 * float64 reference, the others bit for bit against the default */
+			CHECK(launch_variant(v, false, &sets[0], gamma, t, h, stream, &grid));
+			CHECK(dptp_cuda_stream_sync(stream, &errbuf));
+			CHECK(dptp_cuda_memset(sets[0].ro, 0x7f, bytes, NULL, &errbuf));
+			CHECK(dptp_cuda_memset(sets[0].no, 0x7f, bytes, NULL, &errbuf));
+			CHECK(launch_variant(v, dflt, &sets[0], gamma, t, h, stream, NULL));
+			CHECK(dptp_cuda_stream_sync(stream, &errbuf));
+			double ulps = 0;
+			if (dflt) {
+				ulps = norm_exactness(&sets[0], t, h, ro, no);
+			} else {
+				CHECK(dptp_cuda_memcpy(hx, sets[0].ro, bytes, NULL, &errbuf));
+				CHECK(dptp_cuda_memcpy(hr, sets[0].no, bytes, NULL, &errbuf));
+				if (memcmp(hx, ro, bytes) || memcmp(hr, no, bytes))
+					ulps = -1;
+			}
+			if (ulps < 0 || ulps > 1)
+				note_failure("residual+RMSNorm %zux%zu variant %zu: %s", t, h, vi,
+					     ulps < 0 ? "residual_out wrong, NaN, or not the default's bits"
+						      : "norm_out over 1 ulp");
+			float single[ITERS], b2b[B2B_REPS];
+			for (int it = 0; it < WARMUP + ITERS; it++) {
+				CHECK(dptp_cuda_event_record(e0, stream, &errbuf));
+				CHECK(launch_variant(v, dflt, &sets[it % nsets], gamma, t, h, stream, NULL));
+				CHECK(dptp_cuda_event_record(e1, stream, &errbuf));
+				CHECK(dptp_cuda_event_sync(e1, &errbuf));
+				if (it >= WARMUP)
+					CHECK(dptp_cuda_event_elapsed_ms(e0, e1, &single[it - WARMUP], &errbuf));
+			}
+			for (int rep = 0; rep < B2B_REPS; rep++) {
+				CHECK(dptp_cuda_event_record(e0, stream, &errbuf));
+				for (int c = 0; c < B2B_CALLS; c++)
+					CHECK(launch_variant(v, dflt, &sets[c % nsets], gamma, t, h, stream, NULL));
+				CHECK(dptp_cuda_event_record(e1, stream, &errbuf));
+				CHECK(dptp_cuda_event_sync(e1, &errbuf));
+				CHECK(dptp_cuda_event_elapsed_ms(e0, e1, &b2b[rep], &errbuf));
+				b2b[rep] /= B2B_CALLS;
+			}
+			const double us1 = median(single, ITERS) * 1e3, us2 = median(b2b, B2B_REPS) * 1e3;
+			const double gbs = 4.0 * (double)bytes / (us2 * 1e-6) / 1e9;
+			const double gbs1 = 4.0 * (double)bytes / (us1 * 1e-6) / 1e9;
+			char name[64];
+			snprintf(name, sizeof(name), "%s%s%s%s%s", vi == 0 ? "default: " : "",
+				 v->flags & DPTP_NORM_PERSISTENT ? "persistent" : "row/block",
+				 v->flags & DPTP_NORM_PREFETCH ? "+prefetch" : "",
+				 v->flags & DPTP_NORM_HINTS ? "+hints" : "",
+				 v->flags & DPTP_NORM_PDL ? "+PDL" : "");
+			fprintf(stderr, "%5zux%-8zu %-30s %3d %7d %7d %10.1f %10.1f %9.0f %6.1f%% %8.2f\n", t,
+				h, name, sh.vpt, sh.threads, grid, us1, us2, gbs, 100.0 * gbs / copy_gbs, ulps);
+			fprintf(js, "%s\n   {\"tokens\": %zu, \"hidden\": %zu, \"default\": %s, "
+				    "\"vpt\": %d, \"threads\": %d, \"grid\": %d, \"variant\": \"%s\", "
+				    "\"single_us\": %.2f, \"b2b_us\": %.2f, "
+				    "\"single_gbps\": %.1f, \"b2b_gbps\": %.1f, \"b2b_fraction_of_copy\": %.3f, "
+				    "\"norm_max_ulp\": %.3f}",
+				firstrow ? "" : ",", t, h, vi == 0 ? "true" : "false", sh.vpt, sh.threads,
+				grid, name, us1, us2, gbs1, gbs,
+				gbs / copy_gbs, ulps);
+			firstrow = 0;
+		}
+		for (int k = 0; k < nsets; k++) {
+			dptp_cuda_free(sets[k].x);
+			dptp_cuda_free(sets[k].res);
+			dptp_cuda_free(sets[k].ro);
+			dptp_cuda_free(sets[k].no);
+		}
+		free(hx);
+		free(hr);
+		free(ro);
+		free(no);
+	}
+	fprintf(js, "]}");
+	dptp_cuda_free(gamma);
+	dptp_cuda_stream_destroy(stream);
+	dptp_cuda_event_destroy(e0);
+	dptp_cuda_event_destroy(e1);
+}
+
+static void bench(FILE *js, bool norm_only)
+{
+	const size_t maxc = 2048 * 8192;
+	const double copy_gbs = copy_bandwidth();
+	if (norm_only) {
+		fprintf(js, ",\n \"bench\": {\"dtype\": \"bf16\", \"copy_gbps\": %.1f", copy_gbs);
+		bench_norm(js, copy_gbs);
+		fprintf(js, "}");
+		return;
+	}
 	fprintf(js, ",\n \"bench\": {\"dtype\": \"bf16\", \"warmup\": %d, \"iters\": %d, "
 		    "\"copy_gbps\": %.1f,\n  \"rows\": [", WARMUP, ITERS, copy_gbs);
 	fprintf(stderr, "\nbench bf16 (median of %d, us; fused ranks run concurrently on one GPU)\n",
@@ -743,7 +959,6 @@ static void bench(FILE *js)
 	fprintf(stderr, "%6s %7s %3s %10s %10s %10s %8s\n", "hidden", "tokens", "tp", "norm", "oneshot",
 		"twoshot", "auto");
 	int first = 1;
-	double norm_gbs = 0;
 	const int tps[] = {2, 4, 8};
 	struct world ws[3];
 	for (int i = 0; i < 3; i++) {
@@ -760,8 +975,6 @@ static void bench(FILE *js)
 			ws[0].max_blocks = 0; /* the default grid, as the lead's --bench runs it */
 			float norm_us = time_norm(&ws[0], t, h);
 			ws[0].max_blocks = keep;
-			if (t == 2048 && h == 8192)
-				norm_gbs = 4.0 * (double)(t * h * 2) / (norm_us * 1e-6) / 1e9;
 			for (int i = 0; i < 3; i++) {
 				struct world *w = &ws[i];
 				float one = time_fused(w, t, h, DPTP_AR_ONESHOT);
@@ -783,36 +996,25 @@ static void bench(FILE *js)
 			}
 		}
 	}
-	/* The TP 1 kernel at 2048 x 8192 with other grids (default: one block a row). */
-	int res1 = 0;
-	CHECK(dptp_cuda_ar_resident_blocks(DPTP_DTYPE_BF16, 8192, 1, &res1, &errbuf));
-	const int grids[] = {256, 1024, res1, 2 * res1};
-	fprintf(js, "],\n  \"norm_2048x8192_grid_us\": {");
-	for (int i = 0; i < 4; i++) {
-		ws[0].max_blocks = grids[i];
-		float us = time_norm(&ws[0], 2048, 8192);
-		fprintf(js, "%s\"%d\": %.2f", i ? ", " : "", grids[i], (double)us);
-		fprintf(stderr, "residual+RMSNorm 2048x8192 bf16, %d blocks: %.1f us\n", grids[i], (double)us);
-	}
-	fprintf(js, "}");
 	for (int i = 0; i < 3; i++)
 		world_destroy(&ws[i]);
-	fprintf(js, ",\n  \"norm_2048x8192_gbps\": %.1f, \"norm_fraction_of_copy\": %.3f}", norm_gbs,
-		norm_gbs / copy_gbs);
-	fprintf(stderr, "copy %.1f GB/s; residual+RMSNorm 2048x8192 bf16 %.1f GB/s (%.1f%% of copy)\n",
-		copy_gbs, norm_gbs, 100.0 * norm_gbs / copy_gbs);
+	fprintf(js, "]");
+	bench_norm(js, copy_gbs);
+	fprintf(js, "}");
 }
 
 int main(int argc, char **argv)
 {
-	bool do_bench = true, quick = false;
+	bool do_bench = true, quick = false, norm_bench = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--no-bench"))
 			do_bench = false;
 		else if (!strcmp(argv[i], "--quick"))
 			quick = true;
+		else if (!strcmp(argv[i], "--norm-bench"))
+			norm_bench = quick = true;
 		else {
-			fprintf(stderr, "usage: dptp-kernel-selftest [--no-bench] [--quick]\n");
+			fprintf(stderr, "usage: dptp-kernel-selftest [--no-bench] [--quick] [--norm-bench]\n");
 			return 2;
 		}
 	}
@@ -862,7 +1064,7 @@ int main(int argc, char **argv)
 			}
 	fprintf(js, "],\n \"failures\": [%s]", failures_json);
 	if (do_bench && total_failures == 0)
-		bench(js);
+		bench(js, norm_bench);
 	else if (do_bench)
 		fprintf(stderr, "bench skipped: the kernels are not correct\n");
 	fprintf(js, ",\n \"status\": \"%s\"}\n", total_failures ? "fail" : "pass");

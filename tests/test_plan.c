@@ -84,6 +84,41 @@ static void test_shape(void **state)
 	assert_true(dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, 128, 16, 64) <= 16);
 }
 
+static void test_norm_shape(void **state)
+{
+	(void)state;
+	const enum dptp_dtype dts[] = {DPTP_DTYPE_BF16, DPTP_DTYPE_FP16, DPTP_DTYPE_FP32};
+	const size_t hiddens[] = {8, 64, 1000, 4096, 8192, 16384, 32768};
+	for (size_t d = 0; d < 3; d++)
+		for (size_t h = 0; h < sizeof(hiddens) / sizeof(hiddens[0]); h++)
+			for (int v = 1; v <= 8; v *= 2) {
+				struct dptp_ar_shape s;
+				int rc = dptp_ar_norm_shape_get(hiddens[h], dts[d], v, &s);
+				if (hiddens[h] > dptp_cuda_ar_max_hidden(dts[d])) {
+					assert_true(rc < 0);
+					continue;
+				}
+				assert_int_equal(rc, 0);
+				/* every vector of the row has a thread, blocks are whole warps */
+				assert_true((size_t)s.threads * (size_t)s.vpt >= s.hvec);
+				assert_int_equal(s.threads % 32, 0);
+				assert_true(s.threads >= 32 && s.threads <= 512);
+				assert_true(s.vpt == 1 || s.vpt == 2 || s.vpt == 4 || s.vpt == 8);
+				/* vpt_min is kept unless the row is too short or too long for it */
+				if (s.hvec >= (size_t)v * 32 && s.hvec <= (size_t)v * 512)
+					assert_int_equal(s.vpt, v);
+			}
+	struct dptp_ar_shape s;
+	assert_int_equal(dptp_ar_norm_shape_get(8192, DPTP_DTYPE_BF16, 4, &s), 0);
+	assert_int_equal(s.vpt, 4);
+	assert_int_equal(s.threads, 256);
+	assert_true(dptp_ar_norm_shape_get(8192, DPTP_DTYPE_BF16, 3, &s) < 0);
+	/* the norm kernel's blocks loop over rows: the grid is what fits, or fewer */
+	assert_int_equal(dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, 2048, 0, 264), 264);
+	assert_int_equal(dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, 100, 0, 264), 100);
+	assert_int_equal(dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, 2048, 0, 0), 2048);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -92,6 +127,7 @@ int main(void)
 		cmocka_unit_test(test_layout_aligned_and_disjoint),
 		cmocka_unit_test(test_slices_cover_rows),
 		cmocka_unit_test(test_shape),
+		cmocka_unit_test(test_norm_shape),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
