@@ -117,7 +117,7 @@ static int bench_rows(struct dptp_ctx *c, const int *tokens, int ntokens, const 
 			row->tokens = t;
 			row->hidden = h;
 			snprintf(row->dtype, sizeof(row->dtype), "%s",
-				 dt == DPTP_DTYPE_BF16 ? "bf16" : dt == DPTP_DTYPE_FP16 ? "fp16" : "fp32");
+				 dptp_dtype_name(dt));
 			/* fused: warm up, line up, then one event pair per call */
 			for (int w = 0; rc == 0 && w < 3; w++) {
 				dptp_err_keep(&rc, err, dptp_cuda_ar_fused(ws->ar, &a, ws->stream, NULL, &e), &e);

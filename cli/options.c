@@ -423,15 +423,3 @@ void dptp_options_usage(FILE *f)
 	      "3 environment or bootstrap error, 4 a check timed out.\n"
 	      "See dptp-check(1).\n", f);
 }
-
-const char *dptp_dtype_name(enum dptp_dtype d)
-{
-	if ((unsigned)d < DPTP_ARRAY_LEN(dtype_choices) - 1)
-		return dtype_choices[d];
-	return "?";
-}
-
-size_t dptp_dtype_size(enum dptp_dtype d)
-{
-	return dptp_dtype_bytes(d);
-}

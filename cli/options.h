@@ -52,7 +52,4 @@ int dptp_options_parse(struct dptp_options *o, int argc, char **argv, struct dpt
 /* --help text, generated from the option table. */
 void dptp_options_usage(FILE *f);
 
-const char *dptp_dtype_name(enum dptp_dtype d);
-size_t dptp_dtype_size(enum dptp_dtype d);
-
 #endif

@@ -320,16 +320,6 @@ static void test_usage(void **state)
 	free(u);
 }
 
-static void test_dtype(void **state)
-{
-	assert_string_equal(dptp_dtype_name(DPTP_DTYPE_BF16), "bf16");
-	assert_string_equal(dptp_dtype_name(DPTP_DTYPE_FP16), "fp16");
-	assert_string_equal(dptp_dtype_name(DPTP_DTYPE_FP32), "fp32");
-	assert_int_equal(dptp_dtype_size(DPTP_DTYPE_BF16), 2);
-	assert_int_equal(dptp_dtype_size(DPTP_DTYPE_FP16), 2);
-	assert_int_equal(dptp_dtype_size(DPTP_DTYPE_FP32), 4);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -342,7 +332,6 @@ int main(void)
 		cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_usage),
-		cmocka_unit_test(test_dtype),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

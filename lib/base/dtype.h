@@ -13,6 +13,12 @@ static inline size_t dptp_dtype_bytes(enum dptp_dtype d)
 	return d == DPTP_DTYPE_FP32 ? 4 : 2;
 }
 
+/* "bf16", "fp16", "fp32" (the CLI and report spelling). */
+static inline const char *dptp_dtype_name(enum dptp_dtype d)
+{
+	return d == DPTP_DTYPE_FP32 ? "fp32" : d == DPTP_DTYPE_FP16 ? "fp16" : "bf16";
+}
+
 static inline uint32_t dptp_f2u_(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float dptp_u2f_(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 

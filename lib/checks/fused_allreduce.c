@@ -213,7 +213,7 @@ static void conclude(struct dptp_ctx *c, struct state *s, struct dptp_check_resu
 	if (res->status == DPTP_PASS)
 		dptp_result_set(res, DPTP_PASS, "%d calls (%d, %d, %d tokens) x %d %s, TP %d %s%s: max abs err %.3g, max rel err %.3g",
 				ITERATIONS, call_tokens(c->p.tokens, 0), call_tokens(c->p.tokens, 1),
-				call_tokens(c->p.tokens, 2), c->p.hidden, dt == DPTP_DTYPE_FP32 ? "fp32" : dt == DPTP_DTYPE_FP16 ? "fp16" : "bf16",
+				call_tokens(c->p.tokens, 2), c->p.hidden, dptp_dtype_name(dt),
 				tp->size, s->use_ws || s->spans ? s->algo : "(no allreduce)", s->spans ? "" : c->ws->place,
 				s->max_abs, s->max_rel);
 	if (res->status == DPTP_PASS && s->spans) {
