@@ -74,6 +74,7 @@ static void test_to_global_refuses(void **state)
 	assert_int_equal(dptp_group_to_global(&g, 1, &err), 3);
 	assert_true(dptp_group_to_global(&g, 2, &err) < 0);
 	assert_non_null(strstr(err.msg, "[2, 3]"));
+	assert_string_equal(err.msg, "group rank 2 is out of range for group [2, 3]");
 	assert_int_equal(dptp_group_index_of(&g, 0), -1);
 	dptp_group_release(&g);
 }

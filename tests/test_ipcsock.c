@@ -76,6 +76,8 @@ static void test_fd_passing(void **state)
 	assert_int_equal(dptp_ipcsock_recv(&rx, &rfd, &got, &pid, &uid, 0, &err), -EAGAIN);
 	/* a name nobody holds */
 	assert_true(dptp_ipcsock_send(&tx, 5, 0, &m, &err) < 0);
+	assert_non_null(strstr(err.msg, "sendmsg to '@/tmp/mcastmem-socket-5-"));
+	assert_non_null(strstr(err.msg, strerror(ECONNREFUSED)));
 	dptp_ipcsock_close(&rx);
 	dptp_ipcsock_close(&tx);
 }

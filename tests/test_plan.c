@@ -26,9 +26,13 @@ static void test_validate(void **state)
 	struct dptp_err err = {0};
 	assert_int_equal(dptp_ar_validate(4, 16, 4096, DPTP_DTYPE_BF16, 1 << 20, DPTP_AR_AUTO, &err), 0);
 	assert_true(dptp_ar_validate(3, 16, 4096, DPTP_DTYPE_BF16, 1 << 20, DPTP_AR_AUTO, &err) < 0);
+	assert_string_equal(err.msg, "ranks 3: the fused kernels take 1, 2, 4 or 8");
 	assert_true(dptp_ar_validate(2, 16, 4100, DPTP_DTYPE_BF16, 1 << 20, DPTP_AR_AUTO, &err) < 0);
+	assert_string_equal(err.msg, "hidden 4100: must be a positive multiple of 8, at most 32768");
 	assert_true(dptp_ar_validate(2, 16, 4096, DPTP_DTYPE_BF16, 1024, DPTP_AR_AUTO, &err) < 0);
+	assert_string_equal(err.msg, "16 tokens x 4096 hidden = 131072 bytes: the workspace holds 1024");
 	assert_true(dptp_ar_validate(8, 4, 4096, DPTP_DTYPE_BF16, 1 << 20, DPTP_AR_TWOSHOT, &err) < 0);
+	assert_string_equal(err.msg, "two-shot needs tokens >= ranks (4 < 8)");
 	assert_true(strlen(err.msg) > 0);
 }
 

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <locale.h>
+#include <wchar.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -60,27 +62,19 @@ static void ws(struct jp *p)
 		p->p++;
 }
 
-/* Well-formed UTF-8 sequence length at s, 0 if not. */
+/* Well-formed UTF-8 sequence length at s, 0 if not. The oracle is the C
+ * library's decoder (mbrtowc in a UTF-8 locale), not a copy of ours. */
 static size_t u8len(const unsigned char *s, size_t n)
 {
-	if (s[0] < 0x80)
-		return 1;
-	size_t len;
-	uint32_t v, min;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf) { len = 2; v = s[0] & 0x1f; min = 0x80; }
-	else if (s[0] >= 0xe0 && s[0] <= 0xef) { len = 3; v = s[0] & 0x0f; min = 0x800; }
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4) { len = 4; v = s[0] & 0x07; min = 0x10000; }
-	else return 0;
-	if (n < len)
+	mbstate_t st;
+	memset(&st, 0, sizeof(st));
+	wchar_t wc;
+	size_t r = mbrtowc(&wc, (const char *)s, n, &st);
+	if (r == (size_t)-1 || r == (size_t)-2)
 		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		v = (v << 6) | (s[i] & 0x3f);
-	}
-	if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+	if ((uint32_t)wc > 0x10ffff) /* glibc decodes up to 31 bits; Unicode ends here */
 		return 0;
-	return len;
+	return r == 0 ? 1 : r; /* r == 0: the NUL character, one byte */
 }
 
 static bool valid_utf8(const char *s, size_t n)
@@ -97,15 +91,10 @@ static bool valid_utf8(const char *s, size_t n)
 
 static size_t put_utf8(char *o, uint32_t cp)
 {
-	if (cp < 0x80) { o[0] = (char)cp; return 1; }
-	if (cp < 0x800) { o[0] = (char)(0xc0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
-	if (cp < 0x10000) {
-		o[0] = (char)(0xe0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-		o[2] = (char)(0x80 | (cp & 0x3f)); return 3;
-	}
-	o[0] = (char)(0xf0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-	o[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
-	return 4;
+	mbstate_t st;
+	memset(&st, 0, sizeof(st));
+	size_t r = wcrtomb(o, (wchar_t)cp, &st);
+	return r == (size_t)-1 ? 0 : r;
 }
 
 static int hex4(struct jp *p, uint32_t *out)
@@ -1239,8 +1228,12 @@ static void test_write_file_errors(void **state)
 
 	/* empty name, name ending in a slash */
 	assert_int_equal(dptp_report_write_file(&r, DPTP_FORMAT_JSON, "", &err), -EINVAL);
+	assert_string_equal(err.msg, "cannot write the report: empty file name");
 	snprintf(path, sizeof(path), "%s/", dir);
 	assert_true(dptp_report_write_file(&r, DPTP_FORMAT_JSON, path, &err) < 0);
+	char want[600];
+	snprintf(want, sizeof(want), "cannot write report '%s': names a directory", path);
+	assert_string_equal(err.msg, want);
 	assert_int_equal(dir_entries(dir, names, 4), 1);
 
 	rm_rf(dir);
@@ -1256,6 +1249,11 @@ static int setup(void **state)
 
 int main(void)
 {
+	/* the UTF-8 oracle (u8len, put_utf8) is the C library's */
+	if (!setlocale(LC_CTYPE, "C.UTF-8") && !setlocale(LC_CTYPE, "en_US.UTF-8")) {
+		fprintf(stderr, "test_report: no UTF-8 locale (C.UTF-8) for the oracle\n");
+		return 1;
+	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_status_names),
 		cmocka_unit_test(test_summary_and_exit_code),

@@ -1210,6 +1210,7 @@ static void test_bind_addresses(void **state)
 	o.host = "not-an-address.invalid";
 	o.port = 0;
 	assert_true(dptp_tcpstore_server_create(&o, &s2, &err) < 0);
+	assert_non_null(strstr(err.msg, "tcpstore server: cannot resolve 'not-an-address.invalid': "));
 	/* "::" is dual-stack: IPv4 and IPv6 clients both reach it */
 	if (!have_ipv6())
 		return;

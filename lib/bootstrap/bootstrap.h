@@ -2,7 +2,7 @@
  *
  * Implementations: PMIx client (PMIX_NAMESPACE set: dptp-run, mpirun,
  * srun --mpi=pmix, prterun), torchrun environment (RANK/WORLD_SIZE/
- * MASTER_ADDR/MASTER_PORT; the TCPStore seam), single process.
+ * MASTER_ADDR/MASTER_PORT, over lib/wire's TCPStore), single process.
  *
  * Semantics: put() stages a blob under a key; after the next fence() every
  * rank can get() any rank's blob. Keys must be unique for the whole job
@@ -68,7 +68,9 @@ int dptp_bootstrap_get(struct dptp_bootstrap *b, int rank, const char *key, void
 /* Implementations (used by create; exposed for tests). */
 int dptp_bootstrap_pmix_create(struct dptp_bootstrap **out, struct dptp_err *err);
 int dptp_bootstrap_single_create(struct dptp_bootstrap **out, struct dptp_err *err);
-/* torchrun environment + TCPStore; returns -ENOTSUP until that lands. */
+/* torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT, the
+ * TORCHELASTIC_* keys) and a TCPStore: rank 0 hosts it unless the agent does
+ * (TORCHELASTIC_USE_AGENT_STORE=True). */
 int dptp_bootstrap_torchrun_create(struct dptp_bootstrap **out, struct dptp_err *err);
 
 #endif

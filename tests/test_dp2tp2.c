@@ -1,0 +1,212 @@
+/* DESIGN.md's outcome table on DP2TP2, end to end inside lib: for no fault
+ * and for each fault, four forked ranks bootstrap over lib's own TCPStore
+ * (served by this process, torchrun's agent-store layout), build the
+ * context, run every check through the driver and gather the verdicts to
+ * rank 0, which hands them back through a pipe. Replica 0 = ranks 0,1;
+ * replica 1 = ranks 2,3. */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "checks/check.h"
+#include "checks/ctx.h"
+#include "report/gather.h"
+#include "wire/tcpstore.h"
+
+#define WORLD 4
+
+enum want { PASS, FAIL, EITHER /* pass or fail: "may also fail" */ };
+
+/* One row per fault: its own check and what may also fail, for the five
+ * checks of the table; every other check must pass. */
+struct row {
+	const char *fault;
+	struct { const char *check; enum want r0, r1; } cells[3];
+};
+
+static const struct row table[] = {
+	{ "none", { { NULL } } },
+	{ "bcast-global-src", { { "broadcast", PASS, FAIL }, { "opid", PASS, EITHER },
+				{ "fused-allreduce", PASS, EITHER } } },
+	{ "opid-seeded", { { "opid", FAIL, FAIL }, { "fused-allreduce", EITHER, EITHER } } },
+	{ "device-tp-rank", { { "device-map", PASS, FAIL } } },
+	{ "world-workspace", { { "fused-allreduce", EITHER, FAIL } } },
+	{ "dispatch-ep-group", { { "dispatch", PASS, FAIL } } },
+};
+
+/* The table speaks of these checks; checks added later are held to `pass`
+ * only when no fault is injected. */
+static const char *const tabled[] = { "broadcast", "opid", "device-map", "fused-allreduce", "dispatch" };
+
+static struct dptp_tcpstore_server *server;
+
+static int setup(void **state)
+{
+	struct dptp_tcpstore_server_opts so = { .host = "127.0.0.1", .port = 0 };
+	struct dptp_err err = {0};
+	if (dptp_tcpstore_server_create(&so, &server, &err) < 0 ||
+	    dptp_tcpstore_server_start(server, &err) < 0) {
+		fprintf(stderr, "tcpstore: %s\n", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	dptp_tcpstore_server_destroy(server);
+	return 0;
+}
+
+/* One rank of the job: writes (rank 0) 2 x nchecks status bytes to fd. */
+static int rank_main(int rank, const char *run_id, dptp_fault_set faults, int fd)
+{
+	char v[32];
+	snprintf(v, sizeof(v), "%d", rank);
+	setenv("RANK", v, 1);
+	setenv("LOCAL_RANK", v, 1);
+	setenv("WORLD_SIZE", "4", 1);
+	setenv("LOCAL_WORLD_SIZE", "4", 1);
+	setenv("MASTER_ADDR", "127.0.0.1", 1);
+	snprintf(v, sizeof(v), "%u", dptp_tcpstore_server_port(server));
+	setenv("MASTER_PORT", v, 1);
+	setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+	setenv("TORCHELASTIC_RUN_ID", run_id, 1);
+	unsetenv("PMIX_NAMESPACE");
+	unsetenv("DPTP_HOSTNAME");
+	struct dptp_err err = {0};
+	struct dptp_bootstrap *b = NULL;
+	if (dptp_bootstrap_create(&b, &err) < 0) {
+		fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+		return 3;
+	}
+	struct dptp_params p = { .dp = 2, .tp = 2, .pp = 1, .tokens = 8, .hidden = 64,
+				 .dtype = DPTP_DTYPE_BF16, .seed = 1, .eps = 1e-6, .timeout = 10, .faults = faults };
+	struct dptp_ctx c;
+	if (dptp_ctx_init(&c, b, &p, &err) < 0) {
+		fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+		return 3;
+	}
+	struct dptp_check_result res[DPTP_MAX_CHECKS];
+	memset(res, 0, sizeof(res));
+	for (int i = 0; i < dptp_nchecks; i++)
+		dptp_check_run(dptp_checks[i], &c, p.timeout, &res[i]);
+	struct dptp_report rep = {0};
+	int rc = dptp_gather_results(b, &c.layout, res, (size_t)dptp_nchecks, p.timeout, &rep, &err);
+	if (rank == 0) {
+		unsigned char out[2 * DPTP_MAX_CHECKS];
+		for (size_t d = 0; rc == 0 && d < rep.nreplicas && d < 2; d++)
+			for (size_t k = 0; k < rep.replicas[d].nchecks; k++) {
+				out[d * (size_t)dptp_nchecks + k] = (unsigned char)rep.replicas[d].checks[k].status;
+				if (getenv("DPTP_TEST_VERBOSE"))
+					fprintf(stderr, "%s dp%zu %s %s: %s\n", run_id, d, rep.replicas[d].checks[k].name,
+						dptp_status_name(rep.replicas[d].checks[k].status),
+						rep.replicas[d].checks[k].detail);
+			}
+		if (rc == 0 && write(fd, out, 2 * (size_t)dptp_nchecks) != 2 * dptp_nchecks)
+			rc = -EIO;
+	}
+	/* no rank leaves before rank 0 has gathered */
+	c.x.deadline = dptp_now() + 10;
+	dptp_xchg_barrier(&c.x, &c.world, NULL);
+	for (int i = 0; i < dptp_nchecks; i++)
+		free(res[i].detail);
+	dptp_report_release(&rep);
+	dptp_ctx_release(&c);
+	dptp_bootstrap_destroy(b);
+	return rc < 0 ? 1 : 0;
+}
+
+/* Runs the job; fills st[replica][check]. */
+static void run_job(const char *fault, enum dptp_status st[2][DPTP_MAX_CHECKS])
+{
+	struct dptp_err err = {0};
+	dptp_fault_set faults = 0;
+	assert_int_equal(dptp_fault_parse(fault, &faults, &err), 0);
+	char run_id[64];
+	snprintf(run_id, sizeof(run_id), "dp2tp2-%s-%ld", fault, (long)getpid());
+	int pfd[2];
+	assert_int_equal(pipe(pfd), 0);
+	pid_t pids[WORLD];
+	for (int r = 0; r < WORLD; r++) {
+		pids[r] = fork();
+		assert_true(pids[r] >= 0);
+		if (pids[r] == 0) {
+			close(pfd[0]);
+			alarm(60); /* never outlive a broken test */
+			_exit(rank_main(r, run_id, faults, pfd[1]));
+		}
+	}
+	close(pfd[1]);
+	unsigned char buf[2 * DPTP_MAX_CHECKS];
+	size_t want = 2 * (size_t)dptp_nchecks, got = 0;
+	ssize_t n;
+	while (got < want && (n = read(pfd[0], buf + got, want - got)) > 0)
+		got += (size_t)n;
+	close(pfd[0]);
+	int bad = 0;
+	for (int r = 0; r < WORLD; r++) {
+		int ws = 0;
+		assert_int_equal(waitpid(pids[r], &ws, 0), pids[r]);
+		bad |= !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
+	}
+	if (bad || got != want)
+		fail_msg("%s: the job did not finish cleanly (%zu of %zu verdict bytes)", fault, got, want);
+	for (int d = 0; d < 2; d++)
+		for (int k = 0; k < dptp_nchecks; k++)
+			st[d][k] = (enum dptp_status)buf[d * dptp_nchecks + k];
+}
+
+static bool fits(enum dptp_status s, enum want w)
+{
+	return w == PASS ? s == DPTP_PASS : w == FAIL ? s == DPTP_FAIL : s == DPTP_PASS || s == DPTP_FAIL;
+}
+
+static void test_outcome_table(void **state)
+{
+	double t0 = dptp_now();
+	for (size_t f = 0; f < sizeof(table) / sizeof(table[0]); f++) {
+		const struct row *row = &table[f];
+		enum dptp_status st[2][DPTP_MAX_CHECKS];
+		run_job(row->fault, st);
+		for (int k = 0; k < dptp_nchecks; k++) {
+			const char *name = dptp_checks[k]->name;
+			bool in_table = false;
+			for (size_t t = 0; t < sizeof(tabled) / sizeof(tabled[0]); t++)
+				in_table |= strcmp(tabled[t], name) == 0;
+			if (!in_table && strcmp(row->fault, "none") != 0)
+				continue;
+			enum want w[2] = { PASS, PASS };
+			for (int c = 0; c < 3 && row->cells[c].check; c++)
+				if (strcmp(row->cells[c].check, name) == 0) {
+					w[0] = row->cells[c].r0;
+					w[1] = row->cells[c].r1;
+				}
+			for (int d = 0; d < 2; d++)
+				if (!fits(st[d][k], w[d]))
+					fail_msg("--inject %s: %s on replica %d is %s, want %s", row->fault, name, d,
+						 dptp_status_name(st[d][k]), w[d] == PASS ? "pass" : w[d] == FAIL ? "fail" : "pass or fail");
+		}
+	}
+	/* about a second on an idle machine; a figure, not an assertion */
+	print_message("6 jobs of 4 ranks in %.2f s\n", dptp_now() - t0);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_outcome_table),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
