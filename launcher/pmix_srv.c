@@ -1,7 +1,6 @@
 /* The launcher's PMIx server (see pmix_srv.h). */
 #include "pmix_srv.h"
 #include "logs.h"
-#include "pmix_srv_cleanup.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +15,7 @@
 
 enum ev_type {
 	EV_OPDONE, EV_FENCE, EV_CONNECTED, EV_FINALIZED, EV_ABORT, EV_DMODEX, EV_DMODEX_LOCAL,
-	EV_NOTE, EV_CLEANUP, EV_QUERY
+	EV_NOTE, EV_QUERY
 };
 
 /* One upcall, captured on the PMIx thread, completed on the main thread. */
@@ -35,10 +34,7 @@ struct srv_event {
 	size_t nprocs;
 	void *token; /* EV_DMODEX_LOCAL */
 	/* EV_NOTE: msg goes to stderr (data, when set, to stdout), then opcb */
-	/* EV_CLEANUP: msg files, data dirs, flags, ignore; then infocb */
-	unsigned flags;
-	char *ignore;
-	pmix_info_cbfunc_t infocb;
+	pmix_info_cbfunc_t infocb; /* EV_QUERY */
 	pmix_query_t *queries; /* EV_QUERY */
 	size_t nqueries;
 };
@@ -231,11 +227,6 @@ static bool key_is(const pmix_info_t *i, const char *key)
 	return !strncmp(i->key, key, PMIX_MAX_KEYLEN);
 }
 
-static bool info_true(const pmix_info_t *i)
-{
-	return i->value.type != PMIX_BOOL || i->value.data.flag;
-}
-
 static const char *info_str(const pmix_info_t *i)
 {
 	return i->value.type == PMIX_STRING && i->value.data.string ? i->value.data.string : NULL;
@@ -260,49 +251,22 @@ static pmix_status_t up_spawn(const pmix_proc_t *proc, const pmix_info_t job_inf
 	return PMIX_ERR_NOT_SUPPORTED;
 }
 
-/* PMIx_Job_control: the cleanup directives only (files and directories to
- * remove when the job ends); kill, signal, pause, checkpoint and the other
- * controls are not supported. */
+/* PMIx_Job_control: OpenPMIx itself takes the cleanup directives
+ * (PMIX_REGISTER_CLEANUP, _DIR and their modifiers) once the host has this
+ * upcall, and runs them when a client finalizes, its connection drops or
+ * it is deregistered (pmix_srv_abandon). What reaches us are the other
+ * controls: kill, signal, pause, checkpoint, provisioning... not supported. */
 static pmix_status_t up_job_control(const pmix_proc_t *requestor, const pmix_proc_t targets[], size_t ntargets,
 	const pmix_info_t directives[], size_t ndirs, pmix_info_cbfunc_t cbfunc, void *cbdata)
 {
-	struct srv_event *ev;
-	const char *files = NULL, *dirs = NULL, *ignore = NULL;
-	unsigned flags = 0;
+	(void)requestor;
 	(void)targets;
 	(void)ntargets;
-	for (size_t i = 0; i < ndirs; i++) {
-		const pmix_info_t *d = &directives[i];
-		if (key_is(d, PMIX_REGISTER_CLEANUP))
-			files = info_str(d);
-		else if (key_is(d, PMIX_REGISTER_CLEANUP_DIR))
-			dirs = info_str(d);
-		else if (key_is(d, PMIX_CLEANUP_IGNORE))
-			ignore = info_str(d);
-		else if (key_is(d, PMIX_CLEANUP_RECURSIVE))
-			flags |= info_true(d) ? CLEANUP_RECURSIVE : 0;
-		else if (key_is(d, PMIX_CLEANUP_EMPTY))
-			flags |= info_true(d) ? CLEANUP_EMPTY : 0;
-		else if (key_is(d, PMIX_CLEANUP_LEAVE_TOPDIR))
-			flags |= info_true(d) ? CLEANUP_LEAVE_TOP : 0;
-		else if (!key_is(d, PMIX_JOB_CTRL_ID) && !(d->flags & PMIX_INFO_REQD) && !info_true(d))
-			continue; /* a control switched off */
-		else if (!key_is(d, PMIX_JOB_CTRL_ID))
-			return PMIX_ERR_NOT_SUPPORTED;
-	}
-	if (!files && !dirs)
-		return PMIX_ERR_BAD_PARAM;
-	if (!(ev = ev_new(EV_CLEANUP)))
-		return PMIX_ERR_NOMEM;
-	ev->proc = *requestor;
-	ev->msg = files ? strdup(files) : NULL;
-	ev->data = dirs ? strdup(dirs) : NULL;
-	ev->ignore = ignore ? strdup(ignore) : NULL;
-	ev->flags = flags;
-	ev->infocb = cbfunc;
-	ev->cbdata = cbdata;
-	post(ev);
-	return PMIX_SUCCESS;
+	(void)directives;
+	(void)ndirs;
+	(void)cbfunc;
+	(void)cbdata;
+	return PMIX_ERR_NOT_SUPPORTED;
 }
 
 static const char *log_keys[][2] = {
@@ -685,16 +649,6 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 		if (ev->opcb)
 			ev->opcb(ev->status, ev->cbdata);
 		break;
-	case EV_CLEANUP: {
-		int bad = 0, r;
-		if (ev->msg && (r = cleanup_add(&s->cleanup, ev->msg, 0, NULL)) != 0)
-			bad = r;
-		if (!bad && ev->data && (r = cleanup_add(&s->cleanup, ev->data, CLEANUP_DIR | ev->flags, ev->ignore)) != 0)
-			bad = r;
-		if (ev->infocb)
-			ev->infocb(bad < 0 ? PMIX_ERR_NOMEM : bad ? PMIX_ERR_BAD_PARAM : PMIX_SUCCESS, NULL, 0, ev->cbdata, NULL, NULL);
-		break;
-	}
 	case EV_QUERY:
 		if (ev->infocb)
 			answer_query(s, ev);
@@ -709,7 +663,6 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 	}
 	free(ev->msg);
 	free(ev->data);
-	free(ev->ignore);
 	free(ev->procs);
 	free(ev);
 	return done;
@@ -728,9 +681,9 @@ void pmix_srv_dispatch(struct pmix_srv *s, const struct pmix_srv_sink *sink)
 }
 
 /* Waits (bounded) for `count` EV_OPDONE events, completing others. */
-static int wait_ops(struct pmix_srv *s, unsigned count, const char *what, struct dptp_err *err)
+static int wait_ops(struct pmix_srv *s, unsigned count, double timeout, const char *what, struct dptp_err *err)
 {
-	double deadline = dptp_now() + 10.0;
+	double deadline = dptp_now() + timeout;
 	pmix_status_t first_bad = PMIX_SUCCESS;
 	while (count) {
 		struct srv_event *ev;
@@ -748,7 +701,7 @@ static int wait_ops(struct pmix_srv *s, unsigned count, const char *what, struct
 			return dptp_err_set(err, -errno, "pmix event pipe: %s", strerror(errno));
 		double left = deadline - dptp_now();
 		if (left <= 0)
-			return dptp_err_set(err, -ETIMEDOUT, "pmix %s did not complete within 10 s", what);
+			return dptp_err_set(err, -ETIMEDOUT, "pmix %s did not complete within %.0f s", what, timeout);
 		struct pollfd pfd = {.fd = s->evpipe[0], .events = POLLIN};
 		poll(&pfd, 1, (int)(left * 1000) + 1);
 	}
@@ -757,12 +710,28 @@ static int wait_ops(struct pmix_srv *s, unsigned count, const char *what, struct
 	return 0;
 }
 
+/* Whether an MCA selection list ("a,b", "^a") lets the hash store in. */
+static bool gds_has_hash(const char *list)
+{
+	const char *p = list;
+	size_t n;
+	if (*list == '^')
+		return !strstr(list, "hash");
+	for (; *p; p += n + (p[n] == ',')) {
+		n = strcspn(p, ",");
+		if (n == 4 && !strncmp(p, "hash", 4))
+			return true;
+	}
+	return false;
+}
+
 int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err)
 {
 	const char *tmp = getenv("TMPDIR");
 	pmix_info_t info[5];
 	size_t ninfo = 0;
 	bool no = false, hwloc_env = false, gds_env = false;
+	const char *gds;
 	pmix_status_t rc;
 
 	memset(s, 0, sizeof(*s));
@@ -791,11 +760,21 @@ int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err)
 		setenv("HWLOC_PLUGINS_PATH", s->tmpdir, 1);
 		hwloc_env = true;
 	}
-	/* the shared-memory datastores cost ~2 ms to set up and tear down per
-	 * job; for one node's worth of ranks the hash store serves as well.
-	 * Clients learn the choice from PMIX_GDS_MODULE (setup_fork). */
-	if (!getenv("PMIX_MCA_gds")) {
-		setenv("PMIX_MCA_gds", "hash", 1);
+	/* job data in the shared-memory datastore (ds21): a client's get of
+	 * a peer's fenced data reads shared memory instead of a round trip
+	 * through the hash store (4x faster at 32 ranks, as under mpirun).
+	 * The hash store stays for each process's own data, which the
+	 * shared-memory stores cannot hold. Clients learn the choice from
+	 * PMIX_GDS_MODULE (setup_fork). */
+	if ((gds = getenv("PMIX_MCA_gds")) && *gds && !gds_has_hash(gds)) {
+		int e = -EINVAL;
+		dptp_err_set(err, e, "PMIX_MCA_gds='%s' leaves out 'hash', which every PMIx process needs for its own data "
+			"(mpirun fails the same way); add it, e.g. PMIX_MCA_gds=%s,hash", gds, gds);
+		pmix_srv_finalize(s);
+		return e;
+	}
+	if (!gds || !*gds) {
+		setenv("PMIX_MCA_gds", "ds21,hash", 1);
 		gds_env = true;
 	}
 	PMIX_INFO_LOAD(&info[ninfo], PMIX_SERVER_TMPDIR, s->tmpdir, PMIX_STRING);
@@ -956,7 +935,7 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 		ret = dptp_err_set(err, -EIO, "PMIx_server_register_nspace('%s') failed: %s", nspace, PMIx_Error_string(rc));
 		goto out;
 	}
-	if ((ret = wait_ops(s, submitted, "nspace registration", err)) < 0)
+	if ((ret = wait_ops(s, submitted, 10.0, "nspace registration", err)) < 0)
 		goto out;
 	s->nspace_registered = true;
 
@@ -969,12 +948,12 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 		if (rc == PMIX_SUCCESS)
 			submitted++;
 		else if (rc != PMIX_OPERATION_SUCCEEDED) {
-			wait_ops(s, submitted, "client registration", err);
+			wait_ops(s, submitted, 10.0, "client registration", err);
 			ret = dptp_err_set(err, -EIO, "PMIx_server_register_client(rank %u) failed: %s", base_rank + i, PMIx_Error_string(rc));
 			goto out;
 		}
 	}
-	ret = wait_ops(s, submitted, "client registration", err);
+	ret = wait_ops(s, submitted, 10.0, "client registration", err);
 	goto out;
 nomem:
 	ret = dptp_err_set(err, -ENOMEM, "out of memory building the pmix job description");
@@ -1043,11 +1022,29 @@ void pmix_srv_deregister_job(struct pmix_srv *s)
 		return;
 	/* also deregisters the nspace's clients */
 	PMIx_server_deregister_nspace(s->nspace, opdone, NULL);
-	wait_ops(s, 1, "nspace deregistration", &err);
+	wait_ops(s, 1, 10.0, "nspace deregistration", &err);
 	s->nspace_registered = false;
-	cleanup_run(&s->cleanup);
 	free(s->procs);
 	s->procs = NULL;
+}
+
+static void release_clients(struct pmix_srv *s)
+{
+	struct dptp_err err = {0};
+	unsigned submitted = 0;
+	if (!s->up || !s->nspace_registered)
+		return;
+	/* a client killed mid-job may not have been noticed yet by the
+	 * progress thread; deregistering it there, after whatever it still
+	 * has queued, runs its epilog now instead of never */
+	for (unsigned i = 0; i < s->nlocal; i++) {
+		pmix_proc_t proc;
+		PMIX_LOAD_PROCID(&proc, s->nspace, s->base_rank + i);
+		PMIx_server_deregister_client(&proc, opdone, NULL); /* always calls back */
+		submitted++;
+	}
+	if (wait_ops(s, submitted, 3.0, "client deregistration", &err) < 0)
+		fprintf(stderr, "dptp-run: warning: %s; files the workers registered for cleanup may remain\n", err.msg);
 }
 
 int pmix_srv_fd(const struct pmix_srv *s)
@@ -1063,7 +1060,11 @@ void pmix_srv_abandon(struct pmix_srv *s)
 	 * the library be and remove only what would outlive us */
 	if (!s)
 		return;
-	cleanup_run(&s->cleanup);
+	/* but the workers' registered cleanup (Open MPI's /dev/shm segments)
+	 * must run: the progress thread may not have seen every lost
+	 * connection yet; deregistering the clients there runs their epilogs
+	 * (a bounded wait: a stuck library costs 3 s, not a hang) */
+	release_clients(s);
 	if (s->tmpdir[0]) {
 		rm_tree(s->tmpdir);
 		s->tmpdir[0] = '\0';
@@ -1081,14 +1082,12 @@ void pmix_srv_finalize(struct pmix_srv *s)
 		/* upcalls that raced the shutdown: free them, their library is gone */
 		while (read(s->evpipe[0], &ev, sizeof(ev)) == (ssize_t)sizeof(ev)) {
 			free(ev->msg);
-			free(ev->ignore);
 			free(ev->data);
 			free(ev->procs);
 			free(ev);
 		}
 	}
 	ev_write_fd = -1;
-	cleanup_run(&s->cleanup);
 	free(s->procs);
 	s->procs = NULL;
 	for (int i = 0; i < 2; i++)

@@ -28,7 +28,6 @@ struct pmix_srv {
 	unsigned world;
 	struct pmix_srv_proc *procs; /* per local rank of the current job */
 	char exe[256];               /* the workers' executable, for queries */
-	struct cleanup_item *cleanup; /* PMIx_Job_control's registrations */
 	/* counters for tests and --verbose style diagnostics */
 	unsigned long fences, finalized;
 };
@@ -70,7 +69,8 @@ struct pmix_srv_sink {
 };
 
 /* Creates the private tmpdir (0700) and starts the server. Returns 0 or a
- * negative errno with err set. */
+ * negative errno with err set; -EINVAL: the user's PMIx settings cannot
+ * work (a usage error, not a missing server). */
 int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err);
 /* Registers nspace with the job and every local client (ranks base..base+n-1
  * of world), waiting (bounded) until all registrations completed. nodes
@@ -82,8 +82,7 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	struct dptp_err *err);
 /* Adds the PMIx client variables for rank to *env (argv-style, malloc'd). */
 int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct dptp_err *err);
-/* Deregisters the current nspace (and its clients) and removes the files
- * and directories its clients registered for cleanup. */
+/* Deregisters the current nspace (and its clients). */
 void pmix_srv_deregister_job(struct pmix_srv *s);
 /* Whether rank (of the current job, on this node) called PMIx_Init and
  * PMIx_Finalize, as far as the upcalls dispatched so far tell. */
@@ -98,8 +97,9 @@ int pmix_srv_fd(const struct pmix_srv *s);
 void pmix_srv_dispatch(struct pmix_srv *s, const struct pmix_srv_sink *sink);
 /* Stops the server and removes its tmpdir. Accepts a zeroed struct. */
 void pmix_srv_finalize(struct pmix_srv *s);
-/* For a launcher about to exit after a failed job: removes the private
- * tmpdir and the clients' registered files but does not call PMIx_server_finalize, which can hang or crash
+/* For a launcher about to exit after a failed job: deregisters the clients
+ * (which runs the cleanup they registered with PMIx_Job_control: files,
+ * directories), removes the private tmpdir, but does not call PMIx_server_finalize, which can hang or crash
  * when clients died in the middle of an operation. */
 void pmix_srv_abandon(struct pmix_srv *s);
 

@@ -561,7 +561,7 @@ int supervise_run(const struct run_opts *o)
 	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .stop_timeout = 30.0};
 	struct dptp_err err = {0};
 	sigset_t set;
-	int status = 1;
+	int status = 1, rc;
 	const char *env;
 
 	t_start = dptp_now();
@@ -594,8 +594,13 @@ int supervise_run(const struct run_opts *o)
 	spawn_prepare();
 	if (gethostname(j.hostname, sizeof(j.hostname) - 1) < 0)
 		snprintf(j.hostname, sizeof(j.hostname), "localhost");
-	if (pmix_srv_init(&j.srv, &err) < 0)
+	if ((rc = pmix_srv_init(&j.srv, &err)) == -EINVAL) {
+		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
+		status = 2;
+		goto out;
+	} else if (rc < 0) {
 		fprintf(stderr, "dptp-run: warning: %s; workers get no PMIx server\n", err.msg);
+	}
 	phase("pmix server up");
 
 	for (;;) {

@@ -9,12 +9,14 @@ directory; the MPI cases exit 77 (skipped) without mpicc or mpirun. Cases:
   mpi4py      mpi4py_prog.py with /usr/bin/python3, as under mpirun
   abort       MPI_Abort(7) on rank 3 ends the job; the report names rank
               and code; nothing left in /dev/shm
+  abort_restart  the same with --max-restarts=1: two attempts, none leaks
   nofinalize  rank 3 returns 0 without MPI_Finalize: an abnormal end, not
               a hang; nothing left in /dev/shm
   spawn       MPI_Comm_spawn is refused with a message naming the rank; the
               root's error (MPI_ERRORS_ARE_FATAL) ends the job, no hang
   pmix-MODE   pmix_cases MODE (our own PMIx clients: hello, client, dmodex,
-              nodeinfo, jctrl, log, query, dynamic) under dptp-run"""
+              nodeinfo, jctrl, log, query, dynamic) under dptp-run; pmix-gds:
+              PMIX_MCA_gds settings"""
 import os
 import shutil
 import socket
@@ -56,8 +58,8 @@ def base_env():
     return env
 
 
-def dptp_run(cmd, timeout=90):
-    p = subprocess.run([RUN, "--nproc-per-node=%d" % NP, "--no-python"] + cmd, env=base_env(),
+def dptp_run(cmd, timeout=90, **env):
+    p = subprocess.run([RUN, "--nproc-per-node=%d" % NP, "--no-python"] + cmd, env=dict(base_env(), **env),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
     return p.returncode, p.stdout, p.stderr
 
@@ -118,9 +120,9 @@ def case_mpi4py(exe):
     print("ok mpi4py: %s" % lines(out)[-1])
 
 
-def abnormal(exe, mode, want):
+def abnormal(exe, mode, want, restarts=0):
     t0 = time.time()
-    rc, out, err = dptp_run([exe, mode], timeout=60)
+    rc, out, err = dptp_run(["--max-restarts=%d" % restarts, exe, mode], timeout=60)
     took = time.time() - t0
     check(rc != 0, "%s: dptp-run exited 0\n%s" % (mode, err[-3000:]))
     for w in want:
@@ -134,6 +136,11 @@ def case_abort(exe):
     abnormal(exe, "abort", ["rank 3 called PMIx_Abort(7)", "rank      : 3 (local_rank: 3)", "exitcode  : 7"])
 
 
+def case_abort_restart(exe):
+    """both attempts abort: neither leaves its segments"""
+    abnormal(exe, "abort", ["rank 3 called PMIx_Abort(7)", "exitcode  : 7"], restarts=1)
+
+
 def case_nofinalize(exe):
     abnormal(exe, "nofinalize", ["rank 3 (pid", "without calling PMIx_Finalize", "rank      : 3 (local_rank: 3)"])
 
@@ -142,7 +149,21 @@ def case_spawn(exe):
     abnormal(exe, "spawn", ["rank 0 asked to spawn '/bin/true'", "MPI_ERR_SPAWN", "rank      : 0 (local_rank: 0)"])
 
 
+def pmix_gds():
+    """PMIX_MCA_gds without hash is refused (exit 2, a message), not a hang
+    or a crash; with hash, each shared-memory store serves the job"""
+    for gds in ("ds21", "ds12"):
+        rc, out, err = dptp_run([PMIX_CASES, "client"], timeout=30, PMIX_MCA_gds=gds)
+        check(rc == 2 and "PMIX_MCA_gds='%s' leaves out 'hash'" % gds in err, "gds %s: exit %d\n%s" % (gds, rc, err))
+    for gds in ("ds21,hash", "ds12,hash", "hash"):
+        rc, out, err = dptp_run([PMIX_CASES, "client"], timeout=60, PMIX_MCA_gds=gds)
+        check(rc == 0 and out.count("client ok rank") == NP, "gds %s: exit %d\n%s%s" % (gds, rc, out, err))
+    print("ok pmix gds")
+
+
 def pmix_case(mode):
+    if mode == "gds":
+        return pmix_gds()
     extra = []
     tmp = None
     if mode == "jctrl":
