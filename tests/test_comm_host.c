@@ -9,13 +9,11 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "one_rank.h"
 #include "plane/comm.h"
 
 struct fixture {
-	struct dptp_bootstrap *b;
-	struct dptp_exchange x;
-	struct dptp_layout l;
-	struct dptp_group world;
+	struct one_rank j;
 	int host_of[1];
 	struct dptp_comm *c;
 };
@@ -24,12 +22,7 @@ static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct dptp_err err = {0};
-	if (!f || dptp_bootstrap_single_create(&f->b, &err) < 0 ||
-	    dptp_layout_init(&f->l, 1, 1, 1, 1, &err) < 0 ||
-	    dptp_group_init(&f->world, &f->l, DPTP_GROUP_WORLD, 0) < 0)
-		return -1;
-	dptp_exchange_init(&f->x, f->b, false);
-	if (dptp_comm_host_create(&f->c, &f->x, f->host_of, 4096, &err) < 0)
+	if (!f || one_rank_init(&f->j) < 0 || dptp_comm_host_create(&f->c, &f->j.x, f->host_of, 4096, &err) < 0)
 		return -1;
 	*state = f;
 	return 0;
@@ -39,8 +32,7 @@ static int teardown(void **state)
 {
 	struct fixture *f = *state;
 	dptp_comm_destroy(f->c);
-	dptp_group_release(&f->world);
-	dptp_bootstrap_destroy(f->b);
+	one_rank_release(&f->j);
 	free(f);
 	return 0;
 }
@@ -55,15 +47,15 @@ static void test_ops(void **state)
 	void *d = c->ops->alloc(c, sizeof(in));
 	assert_non_null(d);
 	assert_int_equal(c->ops->upload(c, d, in, sizeof(in)), 0);
-	assert_int_equal(c->ops->bcast(c, &f->world, d, sizeof(in), 0, &err), 0);
-	assert_int_equal(c->ops->allreduce(c, &f->world, d, 8, DPTP_DTYPE_FP32, &err), 0);
+	assert_int_equal(c->ops->bcast(c, &f->j.world, d, sizeof(in), 0, &err), 0);
+	assert_int_equal(c->ops->allreduce(c, &f->j.world, d, 8, DPTP_DTYPE_FP32, &err), 0);
 	assert_int_equal(c->ops->download(c, out, d, sizeof(out)), 0);
 	assert_memory_equal(in, out, sizeof(in));
 	float g[8];
-	assert_int_equal(c->ops->allgather(c, &f->world, in, g, sizeof(in), &err), 0);
+	assert_int_equal(c->ops->allgather(c, &f->j.world, in, g, sizeof(in), &err), 0);
 	assert_memory_equal(in, g, sizeof(in));
 	c->ops->free(c, d);
-	assert_int_equal(f->x.seq > 0, 1); /* every op took its exchange rounds */
+	assert_int_equal(f->j.x.seq > 0, 1); /* every op took its exchange rounds */
 }
 
 static void test_capacity(void **state)
@@ -72,10 +64,10 @@ static void test_capacity(void **state)
 	struct dptp_err err = {0};
 	void *big = calloc(1, 8192);
 	assert_non_null(big);
-	uint64_t seq = f->x.seq;
-	assert_int_equal(f->c->ops->bcast(f->c, &f->world, big, 8192, 0, &err), -E2BIG);
+	uint64_t seq = f->j.x.seq;
+	assert_int_equal(f->c->ops->bcast(f->c, &f->j.world, big, 8192, 0, &err), -E2BIG);
 	assert_string_equal(err.msg, "8192 bytes exceed the data-plane capacity 4096");
-	assert_true(f->x.seq > seq); /* refused, still in lockstep */
+	assert_true(f->j.x.seq > seq); /* refused, still in lockstep */
 	free(big);
 }
 

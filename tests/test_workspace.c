@@ -12,12 +12,10 @@
 #include <cmocka.h>
 
 #include "ipc/workspace.h"
+#include "one_rank.h"
 
 struct fixture {
-	struct dptp_bootstrap *b;
-	struct dptp_exchange x;
-	struct dptp_layout l;
-	struct dptp_group world;
+	struct one_rank j;
 	struct dptp_peer peers[1];
 	struct dptp_ipc_job job;
 };
@@ -25,14 +23,10 @@ struct fixture {
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	struct dptp_err err = {0};
-	if (!f || dptp_bootstrap_single_create(&f->b, &err) < 0 ||
-	    dptp_layout_init(&f->l, 1, 1, 1, 1, &err) < 0 ||
-	    dptp_group_init(&f->world, &f->l, DPTP_GROUP_WORLD, 0) < 0)
+	if (!f || one_rank_init(&f->j) < 0)
 		return -1;
-	dptp_exchange_init(&f->x, f->b, false);
 	f->peers[0] = (struct dptp_peer){ .pid = getpid(), .device = 5 };
-	f->job = (struct dptp_ipc_job){ .x = &f->x, .rank = 0, .world = 1, .peers = f->peers, .tp_rank = 3,
+	f->job = (struct dptp_ipc_job){ .x = &f->j.x, .rank = 0, .world = 1, .peers = f->peers, .tp_rank = 3,
 					.seed = 77 };
 	*state = f;
 	return 0;
@@ -41,8 +35,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
-	dptp_group_release(&f->world);
-	dptp_bootstrap_destroy(f->b);
+	one_rank_release(&f->j);
 	free(f);
 	return 0;
 }
@@ -63,7 +56,7 @@ static void test_fused(void **state)
 		gamma[i] = dptp_f32_to_bf16(1 + (float)(i % 3));
 	struct dptp_err err = {0};
 	void *ws = NULL;
-	assert_int_equal(ops->create(&ws, &f->job, &f->world, 0, 1, sizeof(x), DPTP_DTYPE_BF16, &err), 0);
+	assert_int_equal(ops->create(&ws, &f->job, &f->j.world, 0, 1, sizeof(x), DPTP_DTYPE_BF16, &err), 0);
 	assert_non_null(ws);
 	const char *algo = NULL;
 	for (int call = 0; call < 4; call++) { /* every Lamport buffer, and around again */
@@ -85,13 +78,13 @@ static void test_opid(void **state)
 	struct fixture *f = *state;
 	struct dptp_err err = {0};
 	uint64_t a = 0, b = 0;
-	assert_int_equal(dptp_opid_agree(&f->job, &f->world, 0, &a, &err), 0);
-	assert_int_equal(dptp_opid_agree(&f->job, &f->world, 0, &b, &err), 0);
+	assert_int_equal(dptp_opid_agree(&f->job, &f->j.world, 0, &a, &err), 0);
+	assert_int_equal(dptp_opid_agree(&f->job, &f->j.world, 0, &b, &err), 0);
 	assert_int_equal(a & 0xffff, 0);  /* low 16 bits: the global rank */
 	assert_true(a != b);               /* OS entropy */
 	f->job.opid_seeded = true;          /* bug 4 */
-	assert_int_equal(dptp_opid_agree(&f->job, &f->world, 0, &a, &err), 0);
-	assert_int_equal(dptp_opid_agree(&f->job, &f->world, 0, &b, &err), 0);
+	assert_int_equal(dptp_opid_agree(&f->job, &f->j.world, 0, &a, &err), 0);
+	assert_int_equal(dptp_opid_agree(&f->job, &f->j.world, 0, &b, &err), 0);
 	assert_true(a == b && a == dptp_mix64(77));
 }
 
