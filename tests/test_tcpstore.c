@@ -1337,10 +1337,49 @@ static void test_client_limits(void **state)
 	dptp_tcpstore_server_destroy(s);
 }
 
+/* The frame builder: each frame is what the scanner calls one complete
+ * request, byte for byte the layout torch sends. */
+static void test_frames(void **state)
+{
+	struct dptp_tcpstore_frame f = {0};
+	size_t n = 0;
+	dptp_tcpstore_frame_handshake(&f, 0x01020304u);
+	static const uint8_t hs[] = { 0, 0xce, 0xf7, 0x85, 0x3c, 13, 4, 3, 2, 1 };
+	assert_int_equal(f.len, sizeof(hs));
+	assert_memory_equal(f.buf, hs, sizeof(hs));
+	assert_int_equal(dptp_tcpstore_scan_request(f.buf, f.len, NULL, &n), 1);
+	assert_int_equal(n, 5); /* VALIDATE; PING follows */
+	assert_int_equal(dptp_tcpstore_scan_request(f.buf + 5, f.len - 5, NULL, &n), 1);
+	assert_int_equal(n, 5);
+	f.len = 0;
+	dptp_tcpstore_frame_set(&f, "k", "vv", 2);
+	static const uint8_t set[] = { 1, 1, 0, 0, 0, 0, 0, 0, 0, 'k', 2, 0, 0, 0, 0, 0, 0, 0, 'v', 'v' };
+	assert_int_equal(f.len, sizeof(set));
+	assert_memory_equal(f.buf, set, sizeof(set));
+	assert_int_equal(dptp_tcpstore_scan_request(f.buf, f.len, NULL, &n), 1);
+	assert_int_equal(n, sizeof(set));
+	f.len = 0;
+	dptp_tcpstore_frame_wait(&f, "key");
+	assert_int_equal(dptp_tcpstore_scan_request(f.buf, f.len, NULL, &n), 1);
+	assert_int_equal(n, f.len);
+	assert_int_equal(f.buf[0], DPTP_TCPSTORE_WAIT);
+	assert_int_equal(dptp_le64_get(f.buf + 1), 1);
+	assert_int_equal(dptp_le64_get(f.buf + 9), 3);
+	assert_false(f.oom);
+	uint8_t b[8];
+	dptp_le64_put(b, 0x1122334455667788ULL);
+	assert_int_equal(b[0], 0x88);
+	assert_int_equal(b[7], 0x11);
+	dptp_tcpstore_frame_release(&f);
+	assert_null(f.buf);
+	dptp_tcpstore_frame_release(NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scan_captured_frames),
+		cmocka_unit_test(test_frames),
 		cmocka_unit_test(test_scan_errors),
 		cmocka_unit_test(test_client_bytes_ops),
 		cmocka_unit_test(test_client_bytes_nccl_queue),

@@ -56,6 +56,46 @@ enum dptp_tcpstore_op {
 	DPTP_TCPSTORE_NOPS
 };
 
+/* ---- integers and request frames (pure: no I/O) -----------------------------
+ * Every integer on the wire is a little-endian u64 (lengths, counts, ADD
+ * deltas); a string is its u64 length and its bytes. */
+
+static inline void dptp_le64_put(uint8_t *b, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t dptp_le64_get(const uint8_t *b)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | b[i];
+	return v;
+}
+
+/* A growing buffer of request bytes, for any code that does its own I/O
+ * (the client below, dptp-run's non-blocking cross-node links). Zero it to
+ * start; after a failed allocation `oom` is set and appends do nothing. */
+struct dptp_tcpstore_frame {
+	uint8_t *buf;      /* owned: dptp_tcpstore_frame_release() */
+	size_t len, cap;
+	bool oom;
+};
+
+void dptp_tcpstore_frame_bytes(struct dptp_tcpstore_frame *f, const void *p, size_t n);
+void dptp_tcpstore_frame_u8(struct dptp_tcpstore_frame *f, uint8_t v);
+void dptp_tcpstore_frame_u32(struct dptp_tcpstore_frame *f, uint32_t v);
+void dptp_tcpstore_frame_u64(struct dptp_tcpstore_frame *f, uint64_t v);
+/* u64 length, then the bytes (p may be NULL when n is 0). */
+void dptp_tcpstore_frame_str(struct dptp_tcpstore_frame *f, const void *p, size_t n);
+/* VALIDATE with the magic, then PING with the nonce the server echoes. */
+void dptp_tcpstore_frame_handshake(struct dptp_tcpstore_frame *f, uint32_t nonce);
+/* Whole SET and single-key WAIT requests. */
+void dptp_tcpstore_frame_set(struct dptp_tcpstore_frame *f, const char *key, const void *v, size_t n);
+void dptp_tcpstore_frame_wait(struct dptp_tcpstore_frame *f, const char *key);
+void dptp_tcpstore_frame_release(struct dptp_tcpstore_frame *f);
+
 /* Reply bytes of CHECK and WAIT / CANCEL_WAIT. */
 #define DPTP_TCPSTORE_READY 0
 #define DPTP_TCPSTORE_NOT_READY 1

@@ -28,10 +28,7 @@ struct dptp_tcpstore_client {
 	int64_t init_count;
 	char *prefix;
 	size_t prefix_len;
-	/* request being built */
-	uint8_t *w;
-	size_t wlen, wcap;
-	bool woom;
+	struct dptp_tcpstore_frame w;  /* request being built */
 	char peer[300];
 };
 
@@ -39,56 +36,23 @@ struct dptp_tcpstore_client {
 
 static void w_reset(struct dptp_tcpstore_client *c)
 {
-	c->wlen = 0;
-	c->woom = false;
+	c->w.len = 0;
+	c->w.oom = false;
 }
 
 static void w_bytes(struct dptp_tcpstore_client *c, const void *p, size_t n)
 {
-	if (c->woom)
-		return;
-	if (c->wlen + n > c->wcap) {
-		size_t cap = c->wcap ? c->wcap : 256;
-		while (cap < c->wlen + n)
-			cap *= 2;
-		uint8_t *nw = realloc(c->w, cap);
-		if (!nw) {
-			c->woom = true;
-			return;
-		}
-		c->w = nw;
-		c->wcap = cap;
-	}
-	if (n)
-		memcpy(c->w + c->wlen, p, n);
-	c->wlen += n;
-}
-
-static void w_u8(struct dptp_tcpstore_client *c, uint8_t v)
-{
-	w_bytes(c, &v, 1);
-}
-
-static void w_u32(struct dptp_tcpstore_client *c, uint32_t v)
-{
-	uint8_t b[4];
-	for (int i = 0; i < 4; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
-	w_bytes(c, b, 4);
+	dptp_tcpstore_frame_bytes(&c->w, p, n);
 }
 
 static void w_u64(struct dptp_tcpstore_client *c, uint64_t v)
 {
-	uint8_t b[8];
-	for (int i = 0; i < 8; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
-	w_bytes(c, b, 8);
+	dptp_tcpstore_frame_u64(&c->w, v);
 }
 
 static void w_str(struct dptp_tcpstore_client *c, const void *p, size_t n)
 {
-	w_u64(c, n);
-	w_bytes(c, p, n);
+	dptp_tcpstore_frame_str(&c->w, p, n);
 }
 
 /* Wire key: prefix + key. */
@@ -223,10 +187,7 @@ static int recv_u64(int fd, uint64_t *v, double deadline)
 	int rc = recv_all(fd, b, 8, deadline);
 	if (rc < 0)
 		return rc;
-	uint64_t x = 0;
-	for (int i = 7; i >= 0; i--)
-		x = (x << 8) | b[i];
-	*v = x;
+	*v = dptp_le64_get(b);
 	return 0;
 }
 
@@ -259,16 +220,16 @@ static int begin(struct dptp_tcpstore_client *c, uint8_t op, struct dptp_err *er
 		return dptp_err_set(err, -ENOTCONN, "tcpstore %s: connection unusable after an earlier error",
 				    c->peer);
 	w_reset(c);
-	w_u8(c, op);
+	dptp_tcpstore_frame_u8(&c->w, op);
 	return 0;
 }
 
 static int flush(struct dptp_tcpstore_client *c, double deadline, struct dptp_err *err,
 		 const char *what)
 {
-	if (c->woom)
+	if (c->w.oom)
 		return dptp_err_set(err, -ENOMEM, "tcpstore: out of memory building %s", what);
-	int rc = send_all(c->fd, c->w, c->wlen, deadline);
+	int rc = send_all(c->fd, c->w.buf, c->w.len, deadline);
 	if (rc < 0)
 		return fail(c, rc, err, what);
 	return 0;
@@ -391,10 +352,8 @@ int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 
 	/* handshake: VALIDATE + PING in one write, then the 4-byte echo */
 	uint32_t nonce = opts->ping_nonce ? opts->ping_nonce : (uint32_t)getpid();
-	begin(c, DPTP_TCPSTORE_VALIDATE, err);
-	w_u32(c, DPTP_TCPSTORE_MAGIC);
-	w_u8(c, DPTP_TCPSTORE_PING);
-	w_u32(c, nonce);
+	w_reset(c);
+	dptp_tcpstore_frame_handshake(&c->w, nonce);
 	rc = flush(c, deadline, err, "sending the handshake");
 	if (rc < 0)
 		goto out_err;
@@ -436,7 +395,7 @@ void dptp_tcpstore_client_destroy(struct dptp_tcpstore_client *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->prefix);
-	free(c->w);
+	dptp_tcpstore_frame_release(&c->w);
 	free(c);
 }
 

@@ -63,14 +63,6 @@ struct scan {
 
 enum { S_OK = 0, S_MORE = 1 };
 
-static uint64_t le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
 static uint32_t le32(const uint8_t *p)
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -92,7 +84,7 @@ static int take_u64(struct scan *s, uint64_t *v)
 	size_t at = s->off;
 	int rc = take(s, 8);
 	if (rc == S_OK)
-		*v = le64(s->p + at);
+		*v = dptp_le64_get(s->p + at);
 	return rc;
 }
 

@@ -306,8 +306,7 @@ static void out_u8(struct dptp_tcpstore_server *s, struct conn *c, uint8_t v)
 static void out_u64(struct dptp_tcpstore_server *s, struct conn *c, uint64_t v)
 {
 	uint8_t b[8];
-	for (int i = 0; i < 8; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
+	dptp_le64_put(b, v);
 	out_bytes(s, c, b, 8);
 }
 
@@ -326,9 +325,7 @@ struct rd {
 
 static uint64_t rd_u64(struct rd *r)
 {
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | r->p[r->off + (size_t)i];
+	uint64_t v = dptp_le64_get(r->p + r->off);
 	r->off += 8;
 	return v;
 }
