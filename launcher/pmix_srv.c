@@ -15,7 +15,7 @@
 
 enum ev_type {
 	EV_OPDONE, EV_FENCE, EV_CONNECTED, EV_FINALIZED, EV_ABORT, EV_DMODEX, EV_DMODEX_LOCAL,
-	EV_NOTE, EV_QUERY
+	EV_NOTE, EV_QUERY, EV_NOTIFY /* data: the packed event */
 };
 
 /* One upcall, captured on the PMIx thread, completed on the main thread. */
@@ -356,7 +356,109 @@ static pmix_status_t up_query(pmix_proc_t *proct, pmix_query_t *queries, size_t 
 	return PMIX_SUCCESS;
 }
 
+/* An info every event we deliver from another node carries: such an event
+ * is never forwarded again. */
+#define FORWARDED_KEY "dptp.xnode.forwarded"
+
+/* code, source, range, ninfo, infos: the event as another node needs it.
+ * PMIx_Data_pack is plain serialisation (no thread shift), safe on PMIx's
+ * progress thread. */
+static int pack_event(pmix_status_t code, const pmix_proc_t *source, pmix_data_range_t range, const pmix_info_t *info,
+	size_t n, char **out, size_t *len)
+{
+	pmix_data_buffer_t buf;
+	pmix_byte_object_t bo = {0};
+	int bad;
+	PMIX_DATA_BUFFER_CONSTRUCT(&buf);
+	bad = PMIx_Data_pack(NULL, &buf, &code, 1, PMIX_STATUS) != PMIX_SUCCESS ||
+		PMIx_Data_pack(NULL, &buf, (void *)source, 1, PMIX_PROC) != PMIX_SUCCESS ||
+		PMIx_Data_pack(NULL, &buf, &range, 1, PMIX_DATA_RANGE) != PMIX_SUCCESS ||
+		PMIx_Data_pack(NULL, &buf, &n, 1, PMIX_SIZE) != PMIX_SUCCESS ||
+		(n && PMIx_Data_pack(NULL, &buf, (void *)info, (int32_t)n, PMIX_INFO) != PMIX_SUCCESS) ||
+		PMIx_Data_unload(&buf, &bo) != PMIX_SUCCESS;
+	PMIX_DATA_BUFFER_DESTRUCT(&buf);
+	if (bad) {
+		PMIX_BYTE_OBJECT_DESTRUCT(&bo);
+		return -EIO;
+	}
+	*out = bo.bytes; /* malloc'd by PMIx */
+	*len = bo.size;
+	return 0;
+}
+
+/* A client's PMIx_Notify_event beyond this node (OpenPMIx delivers it to
+ * the local clients itself): packed here and answered at once (the
+ * library's completion callback is not for another thread), the blob goes
+ * to the sink (the other nodes) on the main thread. */
+static pmix_status_t up_notify_event(pmix_status_t code, const pmix_proc_t *source, pmix_data_range_t range,
+	pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+	struct srv_event *ev;
+	(void)cbfunc;
+	(void)cbdata;
+	if (range == PMIX_RANGE_LOCAL || range == PMIX_RANGE_PROC_LOCAL || range == PMIX_RANGE_RM || !source)
+		return PMIX_OPERATION_SUCCEEDED;
+	for (size_t i = 0; i < ninfo; i++)
+		if (key_is(&info[i], FORWARDED_KEY))
+			return PMIX_OPERATION_SUCCEEDED;
+	if (!(ev = ev_new(EV_NOTIFY)))
+		return PMIX_ERR_NOMEM;
+	if (pack_event(code, source, range, info, ninfo, &ev->data, &ev->ndata) < 0) {
+		free(ev);
+		return PMIX_ERROR;
+	}
+	ev->status = code;
+	ev->proc = *source;
+	post(ev);
+	return PMIX_OPERATION_SUCCEEDED;
+}
+
+int pmix_srv_notify_local(struct pmix_srv *s, const void *blob, size_t len)
+{
+	pmix_data_buffer_t buf;
+	pmix_byte_object_t bo = {.bytes = malloc(len ? len : 1), .size = len};
+	pmix_status_t code = 0, rc;
+	pmix_proc_t source;
+	pmix_data_range_t range;
+	pmix_info_t *info = NULL;
+	size_t n = 0;
+	int32_t one = 1, cnt;
+	bool yes = true;
+	if (!s->up || !bo.bytes)
+		return -EIO;
+	memcpy(bo.bytes, blob, len);
+	PMIX_DATA_BUFFER_CONSTRUCT(&buf);
+	PMIx_Data_load(&buf, &bo); /* takes bo.bytes */
+	rc = PMIx_Data_unpack(NULL, &buf, &code, &one, PMIX_STATUS);
+	if (rc == PMIX_SUCCESS && (one = 1))
+		rc = PMIx_Data_unpack(NULL, &buf, &source, &one, PMIX_PROC);
+	if (rc == PMIX_SUCCESS && (one = 1))
+		rc = PMIx_Data_unpack(NULL, &buf, &range, &one, PMIX_DATA_RANGE);
+	if (rc == PMIX_SUCCESS && (one = 1))
+		rc = PMIx_Data_unpack(NULL, &buf, &n, &one, PMIX_SIZE);
+	if (rc == PMIX_SUCCESS && n > 1024)
+		rc = PMIX_ERR_BAD_PARAM;
+	if (rc == PMIX_SUCCESS) {
+		PMIX_INFO_CREATE(info, n + 1); /* and the forwarded mark */
+		cnt = (int32_t)n;
+		if (!info)
+			rc = PMIX_ERR_NOMEM;
+		else if (n)
+			rc = PMIx_Data_unpack(NULL, &buf, info, &cnt, PMIX_INFO);
+	}
+	PMIX_DATA_BUFFER_DESTRUCT(&buf);
+	if (rc == PMIX_SUCCESS) {
+		(void)range; /* delivered to this node's clients only */
+		PMIX_INFO_LOAD(&info[n], FORWARDED_KEY, &yes, PMIX_BOOL);
+		rc = PMIx_Notify_event(code, &source, PMIX_RANGE_LOCAL, info, n + 1, NULL, NULL);
+	}
+	if (info)
+		PMIX_INFO_FREE(info, n + 1);
+	return rc == PMIX_SUCCESS || rc == PMIX_OPERATION_SUCCEEDED ? 0 : -EIO;
+}
+
 static pmix_server_module_t module = {
+	.notify_event = up_notify_event,
 	.query = up_query,
 	.spawn = up_spawn,
 	.job_control = up_job_control,
@@ -648,6 +750,13 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 			fputc('\n', stderr);
 		if (ev->opcb)
 			ev->opcb(ev->status, ev->cbdata);
+		break;
+	case EV_NOTIFY:
+		if (getenv("DPTP_RUN_DEBUG"))
+			fprintf(stderr, "dptp-run: event %d from rank %u: %zu bytes for the other nodes\n", ev->status,
+				ev->proc.rank, ev->ndata);
+		if (sink && sink->notify)
+			sink->notify(sink->ctx, ev->data, ev->ndata);
 		break;
 	case EV_QUERY:
 		if (ev->infocb)

@@ -65,6 +65,9 @@ struct pmix_srv_sink {
 	/* Takes d (returns true); NULL or false: not found. */
 	bool (*dmodex)(void *ctx, struct pmix_srv_dmodex *d);
 	void (*dmodex_local)(void *ctx, void *token, bool found, const void *data, size_t len);
+	/* A job-wide event a local client notified: blob (borrowed) goes to
+	 * every other node's pmix_srv_notify_local. NULL: one node. */
+	void (*notify)(void *ctx, const void *blob, size_t len);
 	void *ctx;
 };
 
@@ -91,6 +94,9 @@ enum pmix_srv_client pmix_srv_client_state(const struct pmix_srv *s, unsigned ra
  * PMIX_QUERY_PROC_TABLE and PMIX_QUERY_JOB_STATUS). */
 void pmix_srv_worker_started(struct pmix_srv *s, unsigned rank, pid_t pid, const char *exe);
 void pmix_srv_worker_exited(struct pmix_srv *s, unsigned rank, int exitcode);
+/* Delivers another node's event (a sink notify blob) to this node's
+ * clients, marked so that it is not forwarded again. */
+int pmix_srv_notify_local(struct pmix_srv *s, const void *blob, size_t len);
 /* Read end of the event pipe, for poll(); -1 when the server is down. */
 int pmix_srv_fd(const struct pmix_srv *s);
 /* Completes every posted upcall. */

@@ -165,6 +165,13 @@ static void on_dmodex_local(void *ctx, void *token, bool found, const void *data
 		free(token);
 }
 
+static void on_notify(void *ctx, const void *blob, size_t len)
+{
+	struct job *j = ctx;
+	if (j->xn)
+		xnode_notify(j->xn, blob, len);
+}
+
 static void reap(struct job *j)
 {
 	int st;
@@ -340,7 +347,7 @@ static bool streams_open(const struct job *j)
 static void monitor(struct job *j)
 {
 	const struct pmix_srv_sink sink = {.abort = on_abort, .fence = on_fence, .dmodex = on_dmodex,
-		.dmodex_local = on_dmodex_local, .ctx = j};
+		.dmodex_local = on_dmodex_local, .notify = on_notify, .ctx = j};
 	size_t cap = 2 + 2 * (size_t)j->n + XNODE_MAX_FDS;
 	struct pollfd *pfd = calloc(cap, sizeof(*pfd));
 	struct log_stream **map = calloc(cap, sizeof(*map));

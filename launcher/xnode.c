@@ -420,10 +420,19 @@ static int advance(struct xnode *x, struct xop *o)
 				if (o->inlen < 16)
 					return 0;
 				l = get_u64(o->in + 8);
-				if (l >= sizeof(req))
+				if (l > DPTP_TCPSTORE_MAX_VALUE)
 					return -EPROTO;
 				if (o->inlen < 16 + l)
 					return 0;
+				if (l && o->in[16] == 'E') { /* another node's PMIx event */
+					if (pmix_srv_notify_local(x->srv, o->in + 17, l - 1) < 0)
+						xlog("cannot deliver another node's PMIx event to the local workers");
+					o->inlen -= 16 + l;
+					memmove(o->in, o->in + 16 + l, o->inlen);
+					goto rewait;
+				}
+				if (l >= sizeof(req))
+					return -EPROTO;
 				memcpy(req, o->in + 16, l);
 				req[l] = '\0';
 				o->inlen -= 16 + l;
@@ -441,6 +450,7 @@ static int advance(struct xnode *x, struct xop *o)
 				o->inlen -= 8;
 				memmove(o->in, o->in + 8, o->inlen);
 			}
+rewait:
 			qkey(x, x->me, key, sizeof(key));
 			if (frame_wait(o, key) < 0)
 				return -ENOMEM;
@@ -666,6 +676,26 @@ void xnode_dmodex(struct xnode *x, struct pmix_srv_dmodex *d)
 		x->nops--;
 		op_fail(o, "out of memory");
 	}
+}
+
+void xnode_notify(struct xnode *x, const void *blob, size_t len)
+{
+	char key[192];
+	uint8_t *v;
+	if (!x || !x->serve || len + 1 > DPTP_TCPSTORE_MAX_VALUE || !(v = malloc(len + 1)))
+		return;
+	v[0] = 'E';
+	memcpy(v + 1, blob, len);
+	for (unsigned k = 0; k < x->nnodes; k++) {
+		if (k == x->me)
+			continue;
+		qkey(x, k, key, sizeof(key));
+		/* QUEUE_PUSH has no reply: it can follow the pending WAIT */
+		if (put_u8(x->serve, DPTP_TCPSTORE_QUEUE_PUSH) || put_str(x->serve, key, strlen(key)) ||
+		    put_str(x->serve, v, len + 1))
+			xlog("cannot forward a PMIx event to node %u", k);
+	}
+	free(v);
 }
 
 void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *data, size_t len)

@@ -46,6 +46,10 @@ void xnode_stop(struct xnode *x);
 void xnode_fence(struct xnode *x, struct pmix_srv_fence *f);
 /* Takes d: fetches a remote rank's data from its node. */
 void xnode_dmodex(struct xnode *x, struct pmix_srv_dmodex *d);
+/* A job-wide PMIx event (pmix_srv sink blob): QUEUE_PUSHed, marked 'E',
+ * onto every other node's direct-modex queue, whose server delivers it to
+ * its workers (pmix_srv_notify_local). */
+void xnode_notify(struct xnode *x, const void *blob, size_t len);
 /* This server's answer to a request xnode popped (token from it). */
 void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *data, size_t len);
 /* This node's workers all exited 0: ADDs <prefix>workers_done/count; the

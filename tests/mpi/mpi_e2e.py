@@ -15,10 +15,12 @@ directory; the MPI cases exit 77 (skipped) without mpicc or mpirun. Cases:
   spawn       MPI_Comm_spawn is refused with a message naming the rank; the
               root's error (MPI_ERRORS_ARE_FATAL) ends the job, no hang
   pmix-MODE   pmix_cases MODE (our own PMIx clients: hello, client, dmodex,
-              nodeinfo, jctrl, log, query, dynamic) under dptp-run; pmix-gds:
-              PMIX_MCA_gds settings"""
+              nodeinfo, jctrl, log, query, dynamic, event) under dptp-run;
+              pmix-gds: PMIX_MCA_gds settings; pmix-twonode_event: an event
+              across two dptp-run nodes"""
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -155,9 +157,46 @@ def pmix_gds():
     print("ok pmix gds")
 
 
+def free_port():
+    s = socket.create_server(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def pmix_twonode_event():
+    """two dptp-runs on loopback (nodes 0 and 1, 2 ranks each): rank 0's
+    job-wide event reaches the ranks of node 1 too"""
+    for attempt in range(3):  # the port picked here may be taken meanwhile
+        port = free_port()
+        common = [RUN, "--nnodes=2", "--master-addr=127.0.0.1", "--master-port=%d" % port, "--nproc-per-node=2",
+                  "--rdzv-conf=timeout=60"]
+        env = dict(base_env(), PET_MASTER_PORT=str(port))
+        ps = [subprocess.Popen(common + ["--node-rank=%d" % k, "--no-python", PMIX_CASES, "event"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in (0, 1)]
+        res = []
+        for p in ps:
+            try:
+                res.append(p.communicate(timeout=90) + (p.returncode,))
+            except subprocess.TimeoutExpired:
+                for q in ps:
+                    q.kill()
+                check(False, "2-node event job did not finish within 90 s")
+        if any("Address already in use" in e for _, e, _ in res):
+            continue
+        out = "".join(o for o, _, _ in res)
+        check(all(rc == 0 for _, _, rc in res) and sorted(lines(out)) == ["event ok rank %d" % r for r in range(4)],
+              "2-node event: %s\n%s" % ([rc for _, _, rc in res], "".join(o + e[-2000:] for o, e, _ in res)))
+        print("ok pmix twonode_event")
+        return
+    check(False, "no free port for the 2-node job")
+
+
 def pmix_case(mode):
     if mode == "gds":
         return pmix_gds()
+    if mode == "twonode_event":
+        return pmix_twonode_event()
     extra = []
     tmp = None
     if mode == "jctrl":

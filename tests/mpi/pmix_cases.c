@@ -12,6 +12,8 @@
  *   log       PMIx_Log to stderr (the launcher prints it)
  *   query     PMIx_Query_info: namespaces, job size, process table, spawn
  *             support (none)
+ *   event     rank 0 notifies a job-wide event (PMIX_RANGE_NAMESPACE) with a
+ *             payload; every other rank, on any node, receives it within 10 s
  *   dynamic   spawn, publish, lookup, group construction and a fence over
  *             an unknown namespace all fail at once, on every rank; the
  *             job then fences and finalizes normally
@@ -286,6 +288,50 @@ static void mode_query(const char *arg)
 	printf("query ok rank %u\n", me.rank);
 }
 
+#define DPTP_EVENT (PMIX_EXTERNAL_ERR_BASE - 101)
+static volatile int ev_got = -1;
+static char ev_payload[64];
+
+static void on_event(size_t id, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[], size_t ninfo,
+	pmix_info_t results[], size_t nresults, pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+{
+	(void)id;
+	(void)results;
+	(void)nresults;
+	for (size_t i = 0; i < ninfo; i++)
+		if (!strncmp(info[i].key, "dptp.ev", PMIX_MAX_KEYLEN) && info[i].value.type == PMIX_STRING)
+			snprintf(ev_payload, sizeof(ev_payload), "%s", info[i].value.data.string);
+	if (status == DPTP_EVENT && source)
+		ev_got = (int)source->rank;
+	if (cbfunc)
+		cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+}
+
+static void mode_event(const char *arg)
+{
+	pmix_status_t code = DPTP_EVENT, rc;
+	pmix_info_t info;
+	(void)arg;
+	rc = PMIx_Register_event_handler(&code, 1, NULL, 0, on_event, NULL, NULL);
+	if (rc < 0)
+		FAIL("register event handler: %s", PMIx_Error_string(rc));
+	fence_all(false); /* every handler is in place */
+	if (me.rank == 0) {
+		PMIX_INFO_LOAD(&info, "dptp.ev", "payload-from-0", PMIX_STRING);
+		rc = PMIx_Notify_event(DPTP_EVENT, &me, PMIX_RANGE_NAMESPACE, &info, 1, NULL, NULL);
+		PMIX_INFO_DESTRUCT(&info);
+		if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED)
+			FAIL("notify: %s", PMIx_Error_string(rc));
+	} else {
+		for (int i = 0; i < 1000 && ev_got < 0; i++)
+			usleep(10000);
+		if (ev_got != 0 || strcmp(ev_payload, "payload-from-0"))
+			FAIL("no event from rank 0 within 10 s (source %d, payload '%s')", ev_got, ev_payload);
+	}
+	fence_all(false);
+	printf("event ok rank %u\n", me.rank);
+}
+
 static void expect_fail(const char *what, pmix_status_t rc)
 {
 	if (rc == PMIX_SUCCESS || rc == PMIX_OPERATION_SUCCEEDED)
@@ -329,6 +375,7 @@ static const struct {
 } modes[] = {
 	{"hello", mode_hello}, {"client", mode_client}, {"dmodex", mode_dmodex}, {"nodeinfo", mode_nodeinfo},
 	{"jctrl", mode_jctrl}, {"log", mode_log}, {"query", mode_query}, {"dynamic", mode_dynamic},
+	{"event", mode_event},
 };
 
 int main(int argc, char **argv)
