@@ -98,4 +98,37 @@ static inline void dptp_store_elt(void *p, size_t i, float v, enum dptp_dtype dt
 	}
 }
 
+/* Whole arrays, one loop per dtype (no branch per element): out[i] = p[i]. */
+static inline void dptp_load_f32(float *out, const void *p, size_t n, enum dptp_dtype dt)
+{
+	const uint16_t *q = p;
+	switch (dt) {
+	case DPTP_DTYPE_FP32: memcpy(out, p, n * sizeof(float)); break;
+	case DPTP_DTYPE_BF16: for (size_t i = 0; i < n; i++) out[i] = dptp_bf16_to_f32(q[i]); break;
+	case DPTP_DTYPE_FP16: for (size_t i = 0; i < n; i++) out[i] = dptp_f16_to_f32(q[i]); break;
+	}
+}
+
+/* p[i] = in[i], rounded to dt as dptp_store_elt rounds. */
+static inline void dptp_store_f32(void *p, const float *in, size_t n, enum dptp_dtype dt)
+{
+	uint16_t *q = p;
+	switch (dt) {
+	case DPTP_DTYPE_FP32: memcpy(p, in, n * sizeof(float)); break;
+	case DPTP_DTYPE_BF16: for (size_t i = 0; i < n; i++) q[i] = dptp_f32_to_bf16(in[i]); break;
+	case DPTP_DTYPE_FP16: for (size_t i = 0; i < n; i++) q[i] = dptp_f32_to_f16(in[i]); break;
+	}
+}
+
+/* acc[i] += p[i] (in fp32), the step of a sum in a fixed order. */
+static inline void dptp_add_f32(float *acc, const void *p, size_t n, enum dptp_dtype dt)
+{
+	const uint16_t *q = p;
+	switch (dt) {
+	case DPTP_DTYPE_FP32: for (size_t i = 0; i < n; i++) acc[i] += ((const float *)p)[i]; break;
+	case DPTP_DTYPE_BF16: for (size_t i = 0; i < n; i++) acc[i] += dptp_bf16_to_f32(q[i]); break;
+	case DPTP_DTYPE_FP16: for (size_t i = 0; i < n; i++) acc[i] += dptp_f16_to_f32(q[i]); break;
+	}
+}
+
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -131,3 +132,31 @@ int dptp_entropy(void *buf, size_t len)
 	return 0;
 }
 
+
+#define BIG_ALIGN ((size_t)2 << 20)
+
+static size_t big_len(size_t bytes)
+{
+	return (bytes + BIG_ALIGN - 1) / BIG_ALIGN * BIG_ALIGN;
+}
+
+void *dptp_big_alloc(size_t bytes)
+{
+	size_t len = big_len(bytes ? bytes : 1);
+	/* map one alignment more, keep the aligned part */
+	char *raw = mmap(NULL, len + BIG_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (raw == MAP_FAILED)
+		return NULL;
+	char *p = (char *)(((uintptr_t)raw + BIG_ALIGN - 1) & ~(uintptr_t)(BIG_ALIGN - 1));
+	if (p > raw)
+		munmap(raw, (size_t)(p - raw));
+	munmap(p + len, (size_t)(raw + BIG_ALIGN - p));
+	(void)madvise(p, len, MADV_HUGEPAGE); /* a hint: refused is fine */
+	return p;
+}
+
+void dptp_big_free(void *p, size_t bytes)
+{
+	if (p)
+		munmap(p, big_len(bytes ? bytes : 1));
+}

@@ -53,6 +53,13 @@ static inline uint64_t dptp_mix64(uint64_t x)
 /* Reads the whole getrandom(2) entropy into buf. Returns 0 or -errno. */
 int dptp_entropy(void *buf, size_t len);
 
+/* Zeroed memory for large buffers, 2 MiB-aligned and offered to the
+ * kernel for transparent huge pages (where it takes them, a buffer costs
+ * one page fault per 2 MiB instead of 512). NULL when out of memory.
+ * Free with dptp_big_free(p, the same bytes). */
+void *dptp_big_alloc(size_t bytes);
+void dptp_big_free(void *p, size_t bytes);
+
 /* fp16/bf16 <-> float (round to nearest even) live in dtype.h, inline. */
 #include "base/dtype.h"
 

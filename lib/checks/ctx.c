@@ -29,7 +29,8 @@ float dptp_input_value(uint64_t seed, uint64_t stream, uint64_t index)
 	return value_of(input_key(seed, stream), index);
 }
 
-void dptp_input_fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dptp_dtype dt)
+void dptp_input_fill_at(void *p, size_t first, size_t n, uint64_t seed, uint64_t stream,
+			enum dptp_dtype dt)
 {
 	uint64_t key = input_key(seed, stream);
 	float tab[16];
@@ -38,16 +39,22 @@ void dptp_input_fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dpt
 		tab[v] = (float)(v - 8) * 0.5f;
 		tab16[v] = dt == DPTP_DTYPE_BF16 ? dptp_f32_to_bf16(tab[v]) : dptp_f32_to_f16(tab[v]);
 	}
-	for (size_t base = 0; base < n; base += 16) {
-		uint64_t h = dptp_mix64(key + base / 16);
-		size_t m = n - base < 16 ? n - base : 16;
+	for (size_t e = first, end = first + n; e < end;) {
+		uint64_t h = dptp_mix64(key + e / 16);
+		size_t k = e % 16, m = end - e < 16 - k ? end - e : 16 - k;
 		if (dt == DPTP_DTYPE_FP32)
-			for (size_t k = 0; k < m; k++)
-				((float *)p)[base + k] = tab[(h >> (4 * k)) & 15];
+			for (size_t i = 0; i < m; i++)
+				((float *)p)[e - first + i] = tab[(h >> (4 * (k + i))) & 15];
 		else
-			for (size_t k = 0; k < m; k++)
-				((uint16_t *)p)[base + k] = tab16[(h >> (4 * k)) & 15];
+			for (size_t i = 0; i < m; i++)
+				((uint16_t *)p)[e - first + i] = tab16[(h >> (4 * (k + i))) & 15];
+		e += m;
 	}
+}
+
+void dptp_input_fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dptp_dtype dt)
+{
+	dptp_input_fill_at(p, 0, n, seed, stream, dt);
 }
 
 /* The GPU data plane: NCCL with one GPU per rank, else the host data plane

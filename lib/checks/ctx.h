@@ -55,5 +55,8 @@ void dptp_ctx_release(struct dptp_ctx *c);
 float dptp_input_value(uint64_t seed, uint64_t stream, uint64_t index);
 /* n values of one stream, indices 0..n-1, stored as dt. */
 void dptp_input_fill(void *p, size_t n, uint64_t seed, uint64_t stream, enum dptp_dtype dt);
+/* Elements first .. first+n-1 of the same stream, into p[0 .. n). */
+void dptp_input_fill_at(void *p, size_t first, size_t n, uint64_t seed, uint64_t stream,
+			enum dptp_dtype dt);
 
 #endif

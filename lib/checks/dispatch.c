@@ -33,6 +33,8 @@ static float expert_weight(int ep_index)
 struct state {
 	size_t *cu;        /* [dp + 1] cumulative tokens per DP rank */
 	size_t total;      /* elements of the dispatch buffer */
+	void *arena;       /* host, want, dispatched: one huge-page-friendly block */
+	size_t arena_bytes;
 	void *host, *buf;  /* host copy, data-plane buffer */
 	void *want;        /* the reference: every replica's tokens */
 	void *dispatched;  /* the buffer after dispatch, before combine */
@@ -51,9 +53,13 @@ static int dispatch_prepare(struct dptp_ctx *c, void *state, struct dptp_err *er
 	for (int d = 0; d < dp; d++)
 		s->cu[d + 1] = s->cu[d] + (size_t)tokens_of(c, d);
 	s->total = s->cu[dp] * hidden;
-	s->host = malloc(s->total * esz);
-	s->want = malloc(s->total * esz);
-	s->dispatched = malloc(s->total * esz);
+	size_t each = (s->total * esz + 63) / 64 * 64;
+	s->arena_bytes = 3 * each;
+	if ((s->arena = dptp_big_alloc(s->arena_bytes))) {
+		s->host = s->arena;
+		s->want = (char *)s->arena + each;
+		s->dispatched = (char *)s->arena + 2 * each;
+	}
 	s->buf = c->comm->ops->alloc(c->comm, s->total * esz);
 	if (!s->host || !s->want || !s->dispatched || !s->buf)
 		return dptp_err_set(err, -ENOMEM, "out of memory for %zu dispatched elements", s->total);
@@ -94,8 +100,16 @@ static void dispatch_run(struct dptp_ctx *c, void *state, int round, struct dptp
 	/* combine: each EP rank applies its expert, all-reduce over EP, keep
 	 * my DP range */
 	int ep_index = dptp_group_index_of(&c->ep, c->rank);
-	for (size_t i = 0; i < total; i++)
-		dptp_store_elt(s->host, i, dptp_load_elt(s->host, i, dt) * expert_weight(ep_index), dt);
+	const float w = expert_weight(ep_index);
+	float blk[1024];
+	for (size_t base = 0; base < total; base += 1024) {
+		size_t m = total - base < 1024 ? total - base : 1024;
+		char *p = (char *)s->host + base * esz;
+		dptp_load_f32(blk, p, m, dt);
+		for (size_t k = 0; k < m; k++)
+			blk[k] *= w;
+		dptp_store_f32(p, blk, m, dt);
+	}
 	cm->ops->upload(cm, s->buf, s->host, total * esz);
 	s->rc = cm->ops->allreduce(cm, &c->ep, s->buf, total, dt, &err);
 	if (s->rc < 0)
@@ -123,16 +137,24 @@ static void dispatch_verify(struct dptp_ctx *c, void *state, int round, struct d
 		wsum += expert_weight(j);
 	size_t wrong = 0, first = 0;
 	float got0 = 0, want0 = 0;
-	for (size_t i = 0; s->rc == 0 && i < (size_t)tokens_of(c, myd) * hidden; i++) {
+	const size_t mine = (size_t)tokens_of(c, myd) * hidden, myoff = cu[myd] * hidden * esz;
+	float exp_b[1024], got_b[1024];
+	uint32_t rnd[1024];
+	for (size_t base = 0; s->rc == 0 && base < mine; base += 1024) {
+		size_t m = mine - base < 1024 ? mine - base : 1024;
 		/* the sum of exact products, rounded once to dt as the all-reduce does */
-		uint32_t r[1];
-		dptp_store_elt(r, 0, dptp_load_elt(s->want, cu[myd] * hidden + i, dt) * wsum, dt);
-		float expect = dptp_load_elt(r, 0, dt);
-		float got = dptp_load_elt(s->host, cu[myd] * hidden + i, dt);
-		if (!(got == expect) && !wrong++) {
-			first = i;
-			got0 = got;
-			want0 = expect;
+		dptp_load_f32(exp_b, (char *)s->want + myoff + base * esz, m, dt);
+		for (size_t k = 0; k < m; k++)
+			exp_b[k] *= wsum;
+		dptp_store_f32(rnd, exp_b, m, dt);
+		dptp_load_f32(exp_b, rnd, m, dt);
+		dptp_load_f32(got_b, (char *)s->host + myoff + base * esz, m, dt);
+		for (size_t k = 0; k < m; k++) {
+			if (!(got_b[k] == exp_b[k]) && !wrong++) {
+				first = base + k;
+				got0 = got_b[k];
+				want0 = exp_b[k];
+			}
 		}
 	}
 	if (s->rc == 0 && wrong && res->status < DPTP_FAIL)
@@ -152,9 +174,7 @@ static void dispatch_release(struct dptp_ctx *c, void *state)
 	struct state *s = state;
 	if (s->buf)
 		c->comm->ops->free(c->comm, s->buf);
-	free(s->dispatched);
-	free(s->want);
-	free(s->host);
+	dptp_big_free(s->arena, s->arena_bytes);
 	free(s->cu);
 }
 

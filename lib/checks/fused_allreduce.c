@@ -34,15 +34,24 @@ static double tolerance(enum dptp_dtype dt)
 	return 0;
 }
 
+/* Full-size: the inputs and outputs of the code under test. Block-size
+ * (blk elements, whole rows): the reference, made and compared a block
+ * of rows at a time so that it stays in cache. */
 struct bufs {
-	void *x, *res_in, *gamma, *res_out, *norm_out, *ref_res, *ref_norm, *peer_x;
+	void *arena;  /* x, res_in, res_out, norm_out: one huge-page-friendly block */
+	size_t arena_bytes;
+	void *x, *res_in, *gamma, *res_out, *norm_out;
+	size_t blk;
+	void *ref_res, *ref_norm, *peer_x;
 	float *sum;
+	void *all_x; /* the data-plane path's allreduced x, full size, when taken */
 };
 
 static void free_bufs(struct bufs *b)
 {
-	free(b->x); free(b->res_in); free(b->gamma); free(b->res_out); free(b->norm_out);
-	free(b->ref_res); free(b->ref_norm); free(b->peer_x); free(b->sum);
+	dptp_big_free(b->arena, b->arena_bytes);
+	free(b->gamma);
+	free(b->ref_res); free(b->ref_norm); free(b->peer_x); free(b->sum); free(b->all_x);
 }
 
 struct state {
@@ -57,32 +66,41 @@ struct state {
 	double max_abs, max_rel;
 };
 
-/* Compares one round; returns true when right. */
-static bool compare(struct dptp_ctx *c, struct bufs *b, size_t n, int hidden, int it,
+/* Compares m elements from element `first` of a round with the reference
+ * block (the first wrong one is reported; the maxima cover every element):
+ * residual_out bit for bit (as floats), norm_out within the dtype's
+ * tolerance, never NaN. */
+static void compare(struct dptp_ctx *c, struct bufs *b, size_t first, size_t m, int hidden, int it,
 		    struct dptp_check_result *res, double *max_abs, double *max_rel)
 {
 	enum dptp_dtype dt = c->p.dtype;
-	bool ok = true;
-	for (size_t i = 0; i < n; i++) {
-		float got_r = dptp_load_elt(b->res_out, i, dt), want_r = dptp_load_elt(b->ref_res, i, dt);
-		float got_n = dptp_load_elt(b->norm_out, i, dt), want_n = dptp_load_elt(b->ref_norm, i, dt);
-		double ar = fabs((double)got_r - want_r), an = fabs((double)got_n - want_n);
-		double rn = an / (fabs((double)want_n) > 1e-3 ? fabs((double)want_n) : 1e-3);
-		if (ar > *max_abs) *max_abs = ar;
-		if (an > *max_abs) *max_abs = an;
-		if (rn > *max_rel) *max_rel = rn;
-		bool bad = got_r != want_r || !(rn <= tolerance(dt)) || isnan(got_n);
-		if (bad && ok) {
-			ok = false;
-			if (res->status < DPTP_FAIL)
+	size_t esz = dptp_dtype_bytes(dt);
+	const double tol = tolerance(dt);
+	float gr[1024], wr[1024], gn[1024], wn[1024];
+	for (size_t base = 0; base < m; base += 1024) {
+		size_t k_end = m - base < 1024 ? m - base : 1024;
+		dptp_load_f32(gr, (char *)b->res_out + (first + base) * esz, k_end, dt);
+		dptp_load_f32(wr, (char *)b->ref_res + base * esz, k_end, dt);
+		dptp_load_f32(gn, (char *)b->norm_out + (first + base) * esz, k_end, dt);
+		dptp_load_f32(wn, (char *)b->ref_norm + base * esz, k_end, dt);
+		for (size_t k = 0; k < k_end; k++) {
+			float got_r = gr[k], want_r = wr[k], got_n = gn[k], want_n = wn[k];
+			double ar = fabs((double)got_r - want_r), an = fabs((double)got_n - want_n);
+			double rn = an / (fabs((double)want_n) > 1e-3 ? fabs((double)want_n) : 1e-3);
+			if (ar > *max_abs) *max_abs = ar;
+			if (an > *max_abs) *max_abs = an;
+			if (rn > *max_rel) *max_rel = rn;
+			bool bad = got_r != want_r || !(rn <= tol) || isnan(got_n);
+			if (bad && res->status < DPTP_FAIL) {
+				size_t i = first + base + k;
 				dptp_result_set(res, DPTP_FAIL,
 					"call %d: first wrong element at rank %d, token %zu, column %zu: "
 					"%s got %g, want %g (norm got %g, want %g)",
 					it, c->rank, i / (size_t)hidden, i % (size_t)hidden,
 					got_r != want_r ? "residual_out" : "norm_out", got_r, want_r, got_n, want_n);
+			}
 		}
 	}
-	return ok;
 }
 
 static int fused_prepare(struct dptp_ctx *c, void *state, struct dptp_err *err)
@@ -92,9 +110,19 @@ static int fused_prepare(struct dptp_ctx *c, void *state, struct dptp_err *err)
 	enum dptp_dtype dt = c->p.dtype;
 	int hidden = c->p.hidden;
 	size_t nmax = (size_t)c->p.tokens * (size_t)hidden, esz = dptp_dtype_bytes(dt);
-	b->x = malloc(nmax * esz); b->res_in = malloc(nmax * esz); b->gamma = malloc((size_t)hidden * esz);
-	b->res_out = malloc(nmax * esz); b->norm_out = malloc(nmax * esz); b->ref_res = malloc(nmax * esz);
-	b->ref_norm = malloc(nmax * esz); b->peer_x = malloc(nmax * esz); b->sum = malloc(nmax * sizeof(float));
+	/* whole rows of about 16 K elements */
+	b->blk = (size_t)(hidden < 16384 ? 16384 / hidden : 1) * (size_t)hidden;
+	size_t each = (nmax * esz + 63) / 64 * 64;
+	b->arena_bytes = 4 * each;
+	if ((b->arena = dptp_big_alloc(b->arena_bytes))) {
+		b->x = b->arena;
+		b->res_in = (char *)b->arena + each;
+		b->res_out = (char *)b->arena + 2 * each;
+		b->norm_out = (char *)b->arena + 3 * each;
+	}
+	b->gamma = malloc((size_t)hidden * esz);
+	b->ref_res = malloc(b->blk * esz);
+	b->ref_norm = malloc(b->blk * esz); b->peer_x = malloc(b->blk * esz); b->sum = malloc(b->blk * sizeof(float));
 	if (!b->x || !b->res_in || !b->gamma || !b->res_out || !b->norm_out || !b->ref_res || !b->ref_norm ||
 	    !b->peer_x || !b->sum)
 		return dptp_err_set(err, -ENOMEM, "out of memory for %d x %d tokens", c->p.tokens, hidden);
@@ -144,6 +172,20 @@ static void fused_setup(struct dptp_ctx *c, struct state *s, struct dptp_check_r
 	free(oks);
 }
 
+/* residual + RMSNorm of an already allreduced x on this rank, into
+ * res_out and norm_out, a block of rows at a time. */
+static void local_norm(struct dptp_ctx *c, struct bufs *b, const void *sum_x, int tokens)
+{
+	enum dptp_dtype dt = c->p.dtype;
+	size_t esz = dptp_dtype_bytes(dt), hidden = (size_t)c->p.hidden, rows = b->blk / hidden;
+	for (size_t r0 = 0; r0 < (size_t)tokens; r0 += rows) {
+		size_t nr = (size_t)tokens - r0 < rows ? (size_t)tokens - r0 : rows, off = r0 * hidden * esz;
+		dptp_load_f32(b->sum, (const char *)sum_x + off, nr * hidden, dt);
+		dptp_residual_rmsnorm_ref(b->sum, (char *)b->res_in + off, b->gamma, (char *)b->res_out + off,
+					  (char *)b->norm_out + off, (int)nr, (int)hidden, (float)c->p.eps, dt);
+	}
+}
+
 static void fused_run(struct dptp_ctx *c, void *state, int it, struct dptp_check_result *res)
 {
 	struct state *s = state;
@@ -178,11 +220,15 @@ static void fused_run(struct dptp_ctx *c, void *state, int it, struct dptp_check
 		}
 	} else if (s->spans) {
 		/* a TP group spans hosts: no IPC workspace to test */
+		if (!b->all_x && !(b->all_x = malloc((size_t)c->p.tokens * (size_t)hidden * esz))) {
+			dptp_result_set(res, DPTP_ERROR, "out of memory");
+			return;
+		}
 		void *d = c->comm->ops->alloc(c->comm, n * esz);
 		rc = d ? c->comm->ops->upload(c->comm, d, b->x, n * esz) : -ENOMEM;
 		int arc2 = c->comm->ops->allreduce(c->comm, tp, d, rc == 0 ? n : 0, dt, &err);
 		if (rc == 0 && arc2 == 0)
-			rc = c->comm->ops->download(c->comm, b->peer_x, d, n * esz);
+			rc = c->comm->ops->download(c->comm, b->all_x, d, n * esz);
 		else if (rc == 0)
 			rc = arc2;
 		c->comm->ops->free(c->comm, d);
@@ -190,17 +236,11 @@ static void fused_run(struct dptp_ctx *c, void *state, int it, struct dptp_check
 			dptp_result_fail(res, DPTP_FAIL, rc, &err, "data-plane allreduce");
 			return;
 		}
-		for (size_t i = 0; i < n; i++)
-			b->sum[i] = dptp_load_elt(b->peer_x, i, dt);
-		dptp_residual_rmsnorm_ref(b->sum, b->res_in, b->gamma, b->res_out, b->norm_out, tokens, hidden,
-					  (float)c->p.eps, dt);
+		local_norm(c, b, b->all_x, tokens);
 		s->algo = "allreduce over the data plane";
 	} else {
 		/* TP 1: plain residual + RMSNorm */
-		for (size_t i = 0; i < n; i++)
-			b->sum[i] = dptp_load_elt(b->x, i, dt);
-		dptp_residual_rmsnorm_ref(b->sum, b->res_in, b->gamma, b->res_out, b->norm_out, tokens, hidden,
-					  (float)c->p.eps, dt);
+		local_norm(c, b, b->x, tokens);
 	}
 	s->produced = true;
 }
@@ -234,18 +274,22 @@ static void fused_verify(struct dptp_ctx *c, void *state, int it, struct dptp_ch
 	int hidden = c->p.hidden;
 	const struct dptp_group *tp = &c->tp;
 	if (s->produced) {
-		size_t n = (size_t)s->tokens * (size_t)hidden;
 		/* the reference, from the seed alone: the members' inputs summed
-		 * in group order in fp32 */
-		memset(b->sum, 0, n * sizeof(float));
-		for (int j = 0; j < tp->size; j++) {
-			fill(b->peer_x, n, s->seed, (uint64_t)tp->ranks[j], dt);
-			for (size_t i = 0; i < n; i++)
-				b->sum[i] += dptp_load_elt(b->peer_x, i, dt);
+		 * in group order in fp32, then residual + RMSNorm; a block of
+		 * rows at a time, compared as it is made */
+		size_t esz = dptp_dtype_bytes(dt), rows = b->blk / (size_t)hidden;
+		for (size_t r0 = 0; r0 < (size_t)s->tokens; r0 += rows) {
+			size_t nr = (size_t)s->tokens - r0 < rows ? (size_t)s->tokens - r0 : rows;
+			size_t first = r0 * (size_t)hidden, m = nr * (size_t)hidden;
+			memset(b->sum, 0, m * sizeof(float));
+			for (int j = 0; j < tp->size; j++) {
+				dptp_input_fill_at(b->peer_x, first, m, s->seed, (uint64_t)tp->ranks[j], dt);
+				dptp_add_f32(b->sum, b->peer_x, m, dt);
+			}
+			dptp_residual_rmsnorm_ref(b->sum, (char *)b->res_in + first * esz, b->gamma, b->ref_res,
+						  b->ref_norm, (int)nr, hidden, (float)c->p.eps, dt);
+			compare(c, b, first, m, hidden, it, res, &s->max_abs, &s->max_rel);
 		}
-		dptp_residual_rmsnorm_ref(b->sum, b->res_in, b->gamma, b->ref_res, b->ref_norm, s->tokens, hidden,
-					  (float)c->p.eps, dt);
-		compare(c, b, n, hidden, it, res, &s->max_abs, &s->max_rel);
 	}
 	if (res->status >= DPTP_FAIL || it == ITERATIONS - 1)
 		conclude(c, s, res);

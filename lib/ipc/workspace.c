@@ -2,13 +2,15 @@
 
 #include <errno.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 static uint64_t opid_draw(const struct dptp_ipc_job *job)
 {
@@ -60,19 +62,53 @@ static int memfd_buffer(size_t bytes, const char *name, int *fd, void **map, str
 	return 0;
 }
 
-static void lamport_clear(void *buf, size_t bytes, enum dptp_dtype dt)
+/* A slot element is stored with its sign bit flipped: a fresh memfd page
+ * (all zero bits) then reads as -0.0, "not written", with no fill at
+ * create, and clearing is a memset. What is stored is the value with -0.0
+ * made +0.0, so a written element never reads as -0.0: the Lamport
+ * protocol exactly, in another encoding of the same bits. */
+#define FLIP16 0x8000u
+#define FLIP32 0x80000000u
+
+/* Marks bytes of buf "not written" again; the next push's release fence
+ * publishes it (no peer writes this buffer before the call after next). */
+static void lamport_clear(void *buf, size_t bytes)
 {
-	if (dt == DPTP_DTYPE_FP32) {
-		uint32_t *p = buf;
-		for (size_t i = 0; i < bytes / 4; i++)
-			__atomic_store_n(&p[i], 0x80000000u, __ATOMIC_RELAXED);
-	} else {
-		uint16_t *p = buf;
-		for (size_t i = 0; i < bytes / 2; i++)
-			__atomic_store_n(&p[i], (uint16_t)0x8000u, __ATOMIC_RELAXED);
-	}
+	memset(buf, 0, bytes);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
 }
 
+/* The futex words after the data of every buffer: posted[j] counts the
+ * slots group rank j has pushed into this buffer. A reader sleeps on the
+ * word of the writer it waits for instead of spinning: on an
+ * oversubscribed host that writer needs the CPU. The data (no -0.0 left)
+ * stays what decides that a slot has arrived; the word only wakes. */
+static uint32_t *posted(void *buf, size_t buf_bytes)
+{
+	return (uint32_t *)((char *)buf + buf_bytes);
+}
+
+static size_t mapped_bytes(size_t buf_bytes, int size)
+{
+	return buf_bytes + ((size_t)size * sizeof(uint32_t) + 63) / 64 * 64;
+}
+
+static void futex_wake_all(uint32_t *w)
+{
+	syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Sleeps while *w == seen, at most until `deadline`, and at most 20 ms. */
+static void futex_wait_until(uint32_t *w, uint32_t seen, double deadline)
+{
+	double left = deadline - dptp_now();
+	if (left <= 0)
+		return;
+	if (left > 0.02)
+		left = 0.02;
+	struct timespec ts = { 0, (long)(left * 1e9) };
+	syscall(SYS_futex, w, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
 
 int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, int rank, int size,
 		 struct dptp_ipcsock *socks, int nsocks, const int *my_fds, int **in_fds,
@@ -207,9 +243,10 @@ int dptp_workspace_create(struct dptp_workspace *ws, const struct dptp_ipc_job *
 	for (int b = 0; rc == 0 && b < DPTP_WS_NBUF; b++) {
 		char nm[32];
 		snprintf(nm, sizeof(nm), "dptp-ws%d", b);
-		dptp_err_keep(&rc, err, memfd_buffer(ws->buf_bytes, nm, &ws->fds[b], &ws->local[b], &e), &e);
-		if (rc == 0)
-			lamport_clear(ws->local[b], ws->buf_bytes, dt);
+		dptp_err_keep(&rc, err, memfd_buffer(mapped_bytes(ws->buf_bytes, size), nm, &ws->fds[b],
+						     &ws->local[b], &e), &e);
+		/* a fresh memfd is all "not written" (see FLIP16) */
+		ws->used[b] = 0;
 	}
 	/* three sockets, each under its own name, as the reference has */
 	for (int b = 0; b < DPTP_WS_NBUF; b++) {
@@ -232,7 +269,8 @@ int dptp_workspace_create(struct dptp_workspace *ws, const struct dptp_ipc_job *
 					rc = dptp_err_set(err, -ENOENT, "buffer %d: no descriptor from group rank %d", b, j);
 				continue;
 			}
-			void *p = mmap(NULL, ws->buf_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, in[b][j], 0);
+			void *p = mmap(NULL, mapped_bytes(ws->buf_bytes, size), PROT_READ | PROT_WRITE, MAP_SHARED,
+				       in[b][j], 0);
 			close(in[b][j]);
 			if (p == MAP_FAILED) {
 				dptp_err_keep(&rc, err, dptp_err_set(&e, -errno, "mmap of group rank %d's buffer %d: %s",
@@ -256,55 +294,135 @@ void dptp_workspace_release(struct dptp_workspace *ws)
 		if (ws->peer[b]) {
 			for (int j = 0; j < ws->size; j++)
 				if (ws->peer[b][j] && ws->peer[b][j] != ws->local[b])
-					munmap(ws->peer[b][j], ws->buf_bytes);
+					munmap(ws->peer[b][j], mapped_bytes(ws->buf_bytes, ws->size));
 			free(ws->peer[b]);
 			ws->peer[b] = NULL;
 		}
 		if (ws->local[b])
-			munmap(ws->local[b], ws->buf_bytes);
+			munmap(ws->local[b], mapped_bytes(ws->buf_bytes, ws->size));
 		ws->local[b] = NULL;
 		if (ws->fds[b] >= 0)
 			close(ws->fds[b]);
 		ws->fds[b] = -1;
 		dptp_ipcsock_close(&ws->socks[b]);
 	}
+	free(ws->sum);
+	ws->sum = NULL;
+	ws->sum_cap = 0;
 	ws->buf_bytes = 0;
 }
 
-/* Index of the first element still -0.0 ("not written") at or after i, or n. */
-static size_t first_neg_zero(const void *p, size_t i, size_t n, enum dptp_dtype dt)
+/* Index of the first element still "not written" at or after i, or n. */
+static size_t first_unwritten(const void *p, size_t i, size_t n, enum dptp_dtype dt)
 {
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (dt == DPTP_DTYPE_FP32) {
-		const uint32_t *q = p;
-		while (i < n && __atomic_load_n(&q[i], __ATOMIC_RELAXED) != 0x80000000u)
+		const volatile uint32_t *q = p;
+		while (i < n && q[i] != 0)
 			i++;
 	} else {
-		const uint16_t *q = p;
-		while (i < n && __atomic_load_n(&q[i], __ATOMIC_RELAXED) != 0x8000u)
+		const volatile uint16_t *q = p;
+		while (i < n && q[i] != 0)
 			i++;
 	}
 	return i;
+}
+
+/* acc[i] += the value stored in slot element i. */
+static void add_slot(float *acc, const void *slot, size_t n, enum dptp_dtype dt)
+{
+	const uint16_t *q = slot;
+	switch (dt) {
+	case DPTP_DTYPE_FP32:
+		for (size_t i = 0; i < n; i++)
+			acc[i] += dptp_u2f_(((const uint32_t *)slot)[i] ^ FLIP32);
+		break;
+	case DPTP_DTYPE_BF16:
+		for (size_t i = 0; i < n; i++)
+			acc[i] += dptp_bf16_to_f32((uint16_t)(q[i] ^ FLIP16));
+		break;
+	case DPTP_DTYPE_FP16:
+		for (size_t i = 0; i < n; i++)
+			acc[i] += dptp_f16_to_f32((uint16_t)(q[i] ^ FLIP16));
+		break;
+	}
 }
 
 void dptp_residual_rmsnorm_ref(const float *sum, const void *residual_in, const void *gamma,
 			       void *residual_out, void *norm_out, int tokens, int hidden,
 			       float eps, enum dptp_dtype dt)
 {
-	for (int t = 0; t < tokens; t++) {
-		size_t base = (size_t)t * (size_t)hidden;
-		float ss = 0.0f;
-		for (int h = 0; h < hidden; h++) {
-			float r = sum[base + h] + dptp_load_elt(residual_in, base + h, dt);
-			dptp_store_elt(residual_out, base + h, r, dt);
-			float rr = dptp_load_elt(residual_out, base + h, dt);
-			ss += rr * rr;
+	size_t hn = (size_t)hidden, esz = dptp_dtype_bytes(dt);
+	float *row = malloc(2 * hn * sizeof(float)), *g = row + hn;
+	if (!row) { /* element by element, the same arithmetic */
+		for (int t = 0; t < tokens; t++) {
+			size_t base = (size_t)t * hn;
+			float ss = 0.0f;
+			for (size_t h = 0; h < hn; h++) {
+				float r = sum[base + h] + dptp_load_elt(residual_in, base + h, dt);
+				dptp_store_elt(residual_out, base + h, r, dt);
+				float rr = dptp_load_elt(residual_out, base + h, dt);
+				ss += rr * rr;
+			}
+			float inv = 1.0f / sqrtf(ss / (float)hidden + eps);
+			for (size_t h = 0; h < hn; h++)
+				dptp_store_elt(norm_out, base + h, dptp_load_elt(residual_out, base + h, dt) * inv *
+					       dptp_load_elt(gamma, h, dt), dt);
 		}
-		float inv = 1.0f / sqrtf(ss / (float)hidden + eps);
-		for (int h = 0; h < hidden; h++) {
-			float rr = dptp_load_elt(residual_out, base + h, dt);
-			dptp_store_elt(norm_out, base + h, rr * inv * dptp_load_elt(gamma, (size_t)h, dt), dt);
-		}
+		return;
 	}
+	dptp_load_f32(g, gamma, hn, dt);
+	for (int t = 0; t < tokens; t++) {
+		size_t base = (size_t)t * hn;
+		char *ro = (char *)residual_out + base * esz;
+		/* residual_out = sum + residual_in, rounded; the norm sees it rounded */
+		dptp_load_f32(row, (const char *)residual_in + base * esz, hn, dt);
+		for (size_t h = 0; h < hn; h++)
+			row[h] = sum[base + h] + row[h];
+		dptp_store_f32(ro, row, hn, dt);
+		dptp_load_f32(row, ro, hn, dt);
+		float ss = 0.0f;
+		for (size_t h = 0; h < hn; h++)
+			ss += row[h] * row[h];
+		float inv = 1.0f / sqrtf(ss / (float)hidden + eps);
+		for (size_t h = 0; h < hn; h++)
+			row[h] = row[h] * inv * g[h];
+		dptp_store_f32((char *)norm_out + base * esz, row, hn, dt);
+	}
+	free(row);
+}
+
+/* x into slot `rank` of buffer b of group rank j, -0.0 made +0.0 (-0.0 is
+ * the "not yet written" mark; stored flipped, see FLIP16); then j's futex
+ * word for us. */
+/* Maps the pages of [p, p + bytes) in one call rather than one fault each
+ * (a hint: the stores fault them in anyway where it is refused). */
+static void prefault(void *p, size_t bytes, int advice)
+{
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, e = (uintptr_t)p + bytes;
+	if (bytes)
+		(void)madvise((void *)a, e - a, advice);
+}
+
+static void lamport_push(struct dptp_workspace *ws, unsigned b, int j, const void *x, size_t n)
+{
+	char *dst = (char *)ws->peer[b][j] + (size_t)ws->rank * ws->slot_bytes;
+	prefault(dst, n * dptp_dtype_bytes(ws->dt), MADV_POPULATE_WRITE);
+	if (ws->dt == DPTP_DTYPE_FP32) {
+		const uint32_t *src = x;
+		uint32_t *d = (uint32_t *)dst;
+		for (size_t i = 0; i < n; i++)
+			d[i] = (src[i] == FLIP32 ? 0 : src[i]) ^ FLIP32;
+	} else {
+		const uint16_t *src = x;
+		uint16_t *d = (uint16_t *)dst;
+		for (size_t i = 0; i < n; i++)
+			d[i] = (uint16_t)((src[i] == FLIP16 ? 0 : src[i]) ^ FLIP16);
+	}
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	uint32_t *w = posted(ws->peer[b][j], ws->buf_bytes) + ws->rank;
+	__atomic_fetch_add(w, 1, __ATOMIC_RELEASE);
+	futex_wake_all(w);
 }
 
 int dptp_workspace_fused_allreduce(struct dptp_workspace *ws, const void *x,
@@ -317,67 +435,58 @@ int dptp_workspace_fused_allreduce(struct dptp_workspace *ws, const void *x,
 	if (n * esz > ws->slot_bytes)
 		return dptp_err_set(err, -E2BIG, "%zu bytes exceed the workspace slot of %zu", n * esz, ws->slot_bytes);
 	unsigned b = ws->calls % DPTP_WS_NBUF;
-	/* push: my input into my slot of every peer's buffer b; -0.0 is the
-	 * "not yet written" mark, so a real -0.0 becomes +0.0 */
-	for (int j = 0; j < ws->size; j++) {
-		char *dst = (char *)ws->peer[b][j] + (size_t)ws->rank * ws->slot_bytes;
-		if (dt == DPTP_DTYPE_FP32) {
-			const uint32_t *src = x;
-			for (size_t i = 0; i < n; i++) {
-				uint32_t v = src[i] == 0x80000000u ? 0 : src[i];
-				__atomic_store_n(&((uint32_t *)dst)[i], v, __ATOMIC_RELAXED);
-			}
-		} else {
-			const uint16_t *src = x;
-			for (size_t i = 0; i < n; i++) {
-				uint16_t v = src[i] == 0x8000u ? 0 : src[i];
-				__atomic_store_n(&((uint16_t *)dst)[i], v, __ATOMIC_RELAXED);
-			}
-		}
-	}
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	/* pull: wait until no -0.0 remains in any peer's slot of my buffer b */
+	/* push: my input into my slot of every peer's buffer b */
+	for (int j = 0; j < ws->size; j++)
+		lamport_push(ws, b, j, x, n);
+	/* pull: wait until no -0.0 remains in any peer's slot of my buffer b,
+	 * asleep on the writer's futex word between looks */
 	const char *mine = ws->local[b];
 	for (int j = 0; j < ws->size; j++) {
 		const char *slot = mine + (size_t)j * ws->slot_bytes;
+		prefault((void *)slot, n * esz, MADV_POPULATE_READ);
+		uint32_t *w = posted(ws->local[b], ws->buf_bytes) + j;
 		size_t i = 0;
-		unsigned spins = 0;
-		while (i < n) {
-			i = first_neg_zero(slot, i, n, dt);
+		for (;;) {
+			uint32_t seen = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+			i = first_unwritten(slot, i, n, dt);
 			if (i == n)
 				break;
-			/* spin briefly, then sleep: on an oversubscribed host the
-			 * peer we wait for needs this CPU */
-			if (++spins > 64) {
-				struct timespec ts = { 0, spins > 1024 ? 50000 : 10000 };
-				nanosleep(&ts, NULL);
-			} else {
-				sched_yield();
-			}
-			if ((spins & 15) == 0) {
-				if (dptp_now() > deadline)
-					return dptp_err_set(err, -ETIMEDOUT,
-						"Lamport buffer %u: still waiting for group rank %d (global rank %d): "
-						"element %zu of %zu not written",
-						b, j, ws->xg->ranks[j < ws->xg->size ? j : 0], i, n);
-			}
+			if (dptp_now() > deadline)
+				return dptp_err_set(err, -ETIMEDOUT,
+					"Lamport buffer %u: still waiting for group rank %d (global rank %d): "
+					"element %zu of %zu not written",
+					b, j, ws->xg->ranks[j < ws->xg->size ? j : 0], i, n);
+			futex_wait_until(w, seen, deadline);
 		}
 	}
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	float *sum = malloc(n * sizeof(float));
-	if (!sum)
-		return dptp_err_set(err, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < n; i++) {
-		float s = 0.0f;
-		for (int j = 0; j < ws->size; j++)
-			s += dptp_load_elt(mine + (size_t)j * ws->slot_bytes, i, dt);
-		sum[i] = s;
+	/* the sum, in fp32 in group-rank order, then residual + RMSNorm, a
+	 * block of whole rows at a time (the block stays in cache) */
+	size_t rows = hidden < 16384 ? 16384 / (size_t)hidden : 1, blk = rows * (size_t)hidden;
+	if (ws->sum_cap < blk) {
+		float *p = realloc(ws->sum, blk * sizeof(float));
+		if (!p)
+			return dptp_err_set(err, -ENOMEM, "out of memory");
+		ws->sum = p;
+		ws->sum_cap = blk;
 	}
-	dptp_residual_rmsnorm_ref(sum, residual_in, gamma, residual_out, norm_out, tokens, hidden, eps, dt);
-	free(sum);
+	for (size_t r0 = 0; r0 < (size_t)tokens; r0 += rows) {
+		size_t nr = (size_t)tokens - r0 < rows ? (size_t)tokens - r0 : rows;
+		size_t first = r0 * (size_t)hidden, m = nr * (size_t)hidden;
+		memset(ws->sum, 0, m * sizeof(float));
+		for (int j = 0; j < ws->size; j++)
+			add_slot(ws->sum, mine + (size_t)j * ws->slot_bytes + first * esz, m, dt);
+		dptp_residual_rmsnorm_ref(ws->sum, (const char *)residual_in + first * esz, gamma,
+					  (char *)residual_out + first * esz, (char *)norm_out + first * esz,
+					  (int)nr, hidden, eps, dt);
+	}
 	/* the previous call's buffer is now safe to clear: every peer has
-	 * finished writing it, and only this rank reads it */
-	lamport_clear(ws->local[(b + DPTP_WS_NBUF - 1) % DPTP_WS_NBUF], ws->buf_bytes, dt);
+	 * finished writing it, and only this rank reads it; only what that
+	 * call wrote needs it */
+	unsigned prev = (b + DPTP_WS_NBUF - 1) % DPTP_WS_NBUF;
+	for (int j = 0; j < ws->size; j++)
+		lamport_clear((char *)ws->local[prev] + (size_t)j * ws->slot_bytes, ws->used[prev]);
+	ws->used[b] = n * esz;
 	ws->calls++;
 	return 0;
 }

@@ -21,6 +21,9 @@ struct dptp_workspace {
 	void *local[DPTP_WS_NBUF];
 	void **peer[DPTP_WS_NBUF];   /* [size], peer[b][rank] == local[b] */
 	struct dptp_ipcsock socks[DPTP_WS_NBUF];
+	size_t used[DPTP_WS_NBUF];   /* bytes per slot the last call through each buffer wrote */
+	float *sum;                  /* scratch: the allreduced x of a block of rows */
+	size_t sum_cap;              /* its elements */
 	unsigned calls;
 };
 

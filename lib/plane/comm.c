@@ -5,11 +5,15 @@
 
 void dptp_reduce_sum(void *out, const void *const *in, int n, size_t count, enum dptp_dtype dt)
 {
-	for (size_t i = 0; i < count; i++) {
-		float s = 0.0f;
+	/* out may be one of in: a block is summed completely before it is stored */
+	float acc[2048];
+	const size_t esz = dptp_dtype_bytes(dt);
+	for (size_t base = 0; base < count; base += 2048) {
+		size_t m = count - base < 2048 ? count - base : 2048;
+		memset(acc, 0, m * sizeof(float));
 		for (int r = 0; r < n; r++)
-			s += dptp_load_elt(in[r], i, dt);
-		dptp_store_elt(out, i, s, dt);
+			dptp_add_f32(acc, (const char *)in[r] + base * esz, m, dt);
+		dptp_store_f32((char *)out + base * esz, acc, m, dt);
 	}
 }
 
