@@ -158,7 +158,8 @@ static int bench_rows(struct dptp_ctx *c, const int *tokens, int ntokens, const 
 				row->fused_busbw_gbs = bytes * factor / row->fused_us / 1e3;
 			if (row->unfused_us > 0) {
 				row->unfused_busbw_gbs = bytes * factor / row->unfused_us / 1e3;
-				row->speedup = row->unfused_us / row->fused_us;
+				if (tp->size > 1) /* at TP 1 nothing is fused */
+					row->speedup = row->unfused_us / row->fused_us;
 			}
 			(*nrows)++;
 			if (rc < 0)

@@ -1020,6 +1020,45 @@ static char *render_text(const struct dptp_report *r, bool color, int verbose)
 	return c.buf;
 }
 
+/* --bench at TP 1: no allreduce to fuse, said plainly; no ratio, no
+ * summary of zero replicas. */
+static void test_text_bench_tp1(void **state)
+{
+	struct dptp_bench_row bench[2] = {
+		{ .tp = 1, .tokens = 128, .hidden = 4096, .dtype = "bf16", .fused_us = 4.7,
+		  .unfused_us = 4.8, .fused_busbw_gbs = 220, .unfused_busbw_gbs = 218 },
+		{ .tp = 1, .tokens = 2048, .hidden = 8192, .dtype = "bf16", .fused_us = 38.1,
+		  .unfused_us = 39.0, .fused_busbw_gbs = 880, .unfused_busbw_gbs = 860 },
+	};
+	struct dptp_report r;
+	memset(&r, 0, sizeof(r));
+	r.tool = "dptp-check";
+	r.version = "0";
+	r.world = r.dp = r.pp = r.tp = 1;
+	r.backend = "cuda";
+	r.bootstrap = "pmix";
+	r.engine = "dptp-run";
+	r.nbench = 2;
+	r.bench = bench;
+	char *t = render_text(&r, false, 0);
+	assert_non_null(strstr(t, "no allreduce to fuse"));
+	assert_null(strstr(t, "summary:"));
+	assert_null(strstr(t, "0.00x"));  /* a speedup of nothing fused */
+	assert_null(strstr(t, "fused vs unfused"));
+	assert_non_null(strstr(t, "38.10"));
+	free(t);
+	t = render_json(&r);
+	assert_non_null(strstr(t, "\"speedup\": null"));
+	free(t);
+	/* TP 2 rows keep their ratio */
+	bench[0].tp = bench[1].tp = 2;
+	bench[0].speedup = bench[1].speedup = 1.5;
+	t = render_text(&r, false, 0);
+	assert_null(strstr(t, "no allreduce to fuse"));
+	assert_non_null(strstr(t, "1.50x"));
+	free(t);
+}
+
 static void test_text(void **state)
 {
 	struct dptp_bench_row bench[1] = {
@@ -1266,6 +1305,7 @@ int main(void)
 		cmocka_unit_test(test_json_optional_keys),
 		cmocka_unit_test(test_junit),
 		cmocka_unit_test(test_text),
+		cmocka_unit_test(test_text_bench_tp1),
 		cmocka_unit_test(test_write_file),
 		cmocka_unit_test(test_write_file_errors),
 	};

@@ -316,7 +316,10 @@ int dptp_report_write_json(const struct dptp_report *r, FILE *f)
 			fputs(", \"unfused_us\": ", f);
 			json_num(f, b->unfused_us);
 			fputs(", \"speedup\": ", f);
-			json_num(f, b->speedup);
+			if (b->tp > 1)
+				json_num(f, b->speedup);
+			else
+				fputs("null", f); /* TP 1: nothing is fused */
 			fputs(", \"fused_busbw_gbs\": ", f);
 			json_num(f, b->fused_busbw_gbs);
 			fputs(", \"unfused_busbw_gbs\": ", f);
@@ -564,8 +567,16 @@ int dptp_report_write_text(const struct dptp_report *r, FILE *f, bool color, int
 		}
 	}
 
-	if (r->nbench > 0) {
+	bool tp1 = r->nbench > 0;
+	for (size_t i = 0; i < r->nbench; i++)
+		tp1 &= r->bench[i].tp == 1;
+	if (tp1) {
+		fprintf(f, "\nbench at TP 1: there is no allreduce to fuse. fused_us is the residual + RMSNorm "
+			   "kernel alone, unfused_us NCCL's one-rank allreduce + the same kernel; no speedup\n");
+	} else if (r->nbench > 0) {
 		fprintf(f, "\nbench: fused vs unfused allreduce + residual + RMSNorm\n");
+	}
+	if (r->nbench > 0) {
 		fprintf(f, "  %4s %7s %7s %5s %12s %12s %8s %12s %12s\n", "tp", "tokens", "hidden",
 			"dtype", "fused_us", "unfused_us", "speedup", "fused_GB/s", "unfused_GB/s");
 		for (size_t i = 0; i < r->nbench; i++) {
@@ -574,18 +585,24 @@ int dptp_report_write_text(const struct dptp_report *r, FILE *f, bool color, int
 			fprintf(f, "%4d %7d %7d ", b->tp, b->tokens, b->hidden);
 			size_t dl = strnlen(b->dtype, sizeof(b->dtype));
 			text_bytes(f, b->dtype, dl, "");
-			fprintf(f, "%*s %12.2f %12.2f %7.2fx %12.2f %12.2f\n", 5 - (int)dl, "",
-				b->fused_us, b->unfused_us, b->speedup, b->fused_busbw_gbs,
-				b->unfused_busbw_gbs);
+			fprintf(f, "%*s %12.2f %12.2f ", 5 - (int)dl, "", b->fused_us, b->unfused_us);
+			if (b->tp > 1)
+				fprintf(f, "%7.2fx", b->speedup);
+			else
+				fprintf(f, "%8s", "-");
+			fprintf(f, " %12.2f %12.2f\n", b->fused_busbw_gbs, b->unfused_busbw_gbs);
 		}
 	}
 
-	struct dptp_summary s = dptp_report_summary(r);
-	fprintf(f, "\nsummary: %d pass, %d fail, %d skip, %d error, %d timeout over %zu replica%s: ",
-		s.pass, s.fail, s.skip, s.error, s.timeout, r->nreplicas,
-		r->nreplicas == 1 ? "" : "s");
-	put_status(f, dptp_report_worst(r), color, 0);
-	fputc('\n', f);
+	/* a --bench report has no replicas: no summary of none */
+	if (r->nreplicas > 0 || r->nbench == 0) {
+		struct dptp_summary s = dptp_report_summary(r);
+		fprintf(f, "\nsummary: %d pass, %d fail, %d skip, %d error, %d timeout over %zu replica%s: ",
+			s.pass, s.fail, s.skip, s.error, s.timeout, r->nreplicas,
+			r->nreplicas == 1 ? "" : "s");
+		put_status(f, dptp_report_worst(r), color, 0);
+		fputc('\n', f);
+	}
 	return finish(f);
 }
 
