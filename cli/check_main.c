@@ -24,10 +24,12 @@ static void print_list(void)
 	printf("Checks:\n");
 	for (int i = 0; i < dptp_nchecks; i++)
 		printf("  %-16s %s\n", dptp_checks[i]->name, dptp_checks[i]->summary);
-	printf("\nFaults (--inject):\n");
+	printf("\nFaults (--inject; mechanisms of the bug family: G group, R rank kind, I identifier,\n"
+	       "C coordinate, D device, P participation):\n");
 	for (int i = 0; i < DPTP_NFAULTS; i++) {
 		const struct dptp_fault_desc *f = &dptp_faults[i];
-		printf("  %-18s bug %d, caught by %s: %s\n", f->name, f->bug, f->check, f->summary);
+		printf("  %-18s mechanism %s, caught by %s: %s\n", f->name, f->mech, f->check, f->summary);
+		printf("  %-18s real bugs: %s\n", "", f->bugs);
 		printf("  %-18s real symptom: %s\n", "", f->symptom);
 	}
 }

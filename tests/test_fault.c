@@ -66,7 +66,9 @@ static void test_table(void **state)
 		const struct dptp_fault_desc *f = &dptp_faults[i];
 		assert_non_null(f->name);
 		assert_int_equal(dptp_fault_lookup(f->name), i);
-		assert_true(f->bug >= 1);
+		assert_true(f->bug >= 0 && f->bug <= 5);
+		assert_non_null(f->mech);
+		assert_non_null(f->bugs);
 		assert_non_null(f->check);
 		assert_non_null(f->summary);
 		assert_non_null(f->symptom);

@@ -6,33 +6,52 @@
 const struct dptp_fault_desc dptp_faults[DPTP_NFAULTS] = {
 	[DPTP_FAULT_BCAST_GLOBAL_SRC] = {
 		.name = "bcast-global-src", .check = "broadcast", .bug = 2,
+		.mech = "R", .bugs = "flashinfer's torch backend (BUGS.md bug 2); as DeepSpeed PR 2999, torchrec PR 4601",
 		.summary = "the exchange backend broadcasts with src = the group-local root, read as a global rank",
 		.symptom = "torch: \"Global rank 0 is not part of group\"; vLLM left the workspace empty and the fused kernel hung",
 		.where = "lib/plane/group.c dptp_xchg_root_src()",
 	},
 	[DPTP_FAULT_OPID_SEEDED] = {
 		.name = "opid-seeded", .check = "opid", .bug = 4,
+		.mech = "I", .bugs = "flashinfer PR 3102, vLLM 36674",
 		.summary = "TP roots draw the IPC opId from an RNG seeded with --seed in every process",
 		.symptom = "[Errno 98] Address already in use on /tmp/mcastmem-socket-*, or descriptors delivered to the wrong group",
 		.where = "lib/ipc/workspace.c opid_draw()",
 	},
 	[DPTP_FAULT_DEVICE_TP_RANK] = {
 		.name = "device-tp-rank", .check = "device-map", .bug = 3,
+		.mech = "D", .bugs = "flashinfer (BUGS.md bug 3); as SGLang PR 7584, vLLM issue 17176",
 		.summary = "the workspace device (and current device) is taken from tp_rank instead of LOCAL_RANK",
 		.symptom = "NCCL \"Duplicate GPU detected\" or CUBLAS_STATUS_EXECUTION_FAILED in DP replica 1",
 		.where = "lib/ipc/workspace.c dptp_workspace_device()",
 	},
 	[DPTP_FAULT_WORLD_WORKSPACE] = {
 		.name = "world-workspace", .check = "fused-allreduce", .bug = 1,
+		.mech = "G", .bugs = "vLLM PR 45917",
 		.summary = "the fused-allreduce workspace is exchanged on the WORLD group with rank=tp_rank, size=tp_size",
 		.symptom = "IPC/NCCL errors at start-up with DP+TP (EADDRINUSE, descriptors crossing DP replicas); dp=1 healthy",
 		.where = "lib/checks/fused_allreduce.c fused_setup()",
 	},
 	[DPTP_FAULT_DISPATCH_EP_GROUP] = {
 		.name = "dispatch-ep-group", .check = "dispatch", .bug = 5,
+		.mech = "G", .bugs = "vLLM NaiveAll2AllManager (BUGS.md bug 5)",
 		.summary = "naive MoE dispatch broadcasts slice idx from EP-group root idx instead of DP-group root idx",
 		.symptom = "DP replica 0's MoE output correct, replica 1's garbage",
 		.where = "lib/checks/dispatch.c dispatch_run()",
+	},
+	[DPTP_FAULT_DP_RANK_RESET] = {
+		.name = "dp-rank-reset", .check = "resources", .bug = 0,
+		.mech = "C", .bugs = "vLLM issue 56949, SGLang PR 29211, SGLang issue 4149",
+		.summary = "after start-up every replica believes it is DP rank 0 and derives its port, shared-memory name and payload from it",
+		.symptom = "zmq.error.ZMQError: Address already in use (addr='tcp://...'), or every replica serving replica 0's data",
+		.where = "lib/checks/resources.c resources_dp_rank()",
+	},
+	[DPTP_FAULT_SHM_NAME_NO_GROUP] = {
+		.name = "shm-name-no-group", .check = "resources", .bug = 0,
+		.mech = "I", .bugs = "vLLM PR 18536, TensorRT-LLM PR 7377",
+		.summary = "the shared-memory segment name is built from the group-local rank alone (no group, no DP rank)",
+		.symptom = "FileExistsError: [Errno 17] File exists: '/...'; shared-memory set-up fails",
+		.where = "lib/checks/resources.c resources_shm_name()",
 	},
 };
 

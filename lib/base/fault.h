@@ -14,6 +14,8 @@
  *                            (flag: dptp_ipc_job.device_from_tp_rank)
  *   world-workspace      1   lib/checks/fused_allreduce.c  fused_setup()
  *   dispatch-ep-group    5   lib/checks/dispatch.c    dispatch_run()
+ *   dp-rank-reset        C   lib/checks/resources.c   resources_dp_rank()
+ *   shm-name-no-group    I   lib/checks/resources.c   resources_shm_name()
  *
  * The same text is each row's `where` below (tests/test_fault.c checks that
  * the function it names exists in that file). */
@@ -31,13 +33,17 @@ enum dptp_fault_id {
 	DPTP_FAULT_DEVICE_TP_RANK,
 	DPTP_FAULT_WORLD_WORKSPACE,
 	DPTP_FAULT_DISPATCH_EP_GROUP,
+	DPTP_FAULT_DP_RANK_RESET,
+	DPTP_FAULT_SHM_NAME_NO_GROUP,
 	DPTP_NFAULTS,
 };
 
 struct dptp_fault_desc {
 	const char *name;    /* CLI spelling */
 	const char *check;   /* the check that catches it */
-	int bug;             /* number in reference/BUGS.md */
+	int bug;             /* number in reference/BUGS.md, 0 for the wider family */
+	const char *mech;    /* mechanism code(s) of reference/FAMILY.md: "G", "C,I", ... */
+	const char *bugs;    /* the public bugs it stands for, as FAMILY.md names them */
 	const char *summary; /* what the code does wrong */
 	const char *symptom; /* what the real bug looked like */
 	const char *where;   /* "file function()": the one place it acts */

@@ -8,7 +8,8 @@
 	X(opid) \
 	X(device_map) \
 	X(fused_allreduce) \
-	X(dispatch)
+	X(dispatch) \
+	X(resources)
 
 #define DECLARE(n) extern const struct dptp_check dptp_check_##n;
 #define ROW(n) &dptp_check_##n,

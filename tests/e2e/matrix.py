@@ -12,8 +12,9 @@ import sys
 import tempfile
 import time
 
-CHECKS = ["broadcast", "opid", "device-map", "fused-allreduce", "dispatch"]
-FAULTS = ["bcast-global-src", "opid-seeded", "device-tp-rank", "world-workspace", "dispatch-ep-group"]
+CHECKS = ["broadcast", "opid", "device-map", "fused-allreduce", "dispatch", "resources"]
+FAULTS = ["bcast-global-src", "opid-seeded", "device-tp-rank", "world-workspace", "dispatch-ep-group",
+          "dp-rank-reset", "shm-name-no-group"]
 SMALL = ["--tokens", "8", "--hidden", "64", "--timeout", "20"]
 
 
@@ -60,8 +61,10 @@ def status(rep, d, check):
 
 
 def expected(dp, pp, tp, fault, hosts=1, ranks_per_host=None):
-    """Outcome per (replica, check): 'pass', 'fail', 'skip', or None (may fail).
-    Derived from the mechanisms in reference/BUGS.md, for one host."""
+    """Outcome per (replica, check): 'pass', 'fail', 'skip', or None (may fail);
+    and ("failing", check) -> the exact number of failing replicas where only
+    that is known (which ones depends on timing).
+    Derived from the mechanisms in reference/BUGS.md and FAMILY.md, for one host."""
     world = dp * pp * tp
     exp = {}
     for d in range(dp):
@@ -117,11 +120,31 @@ def expected(dp, pp, tp, fault, hosts=1, ranks_per_host=None):
             for d in range(1, dp):
                 exp[(d, "dispatch")] = "fail"
             # replica 0's slice comes from EP rank 0 = its own first rank
+    elif fault == "dp-rank-reset":
+        # every replica derives DP rank 0: replica 0's port, name and payload
+        # are its own; every other replica's port is taken, its payload is
+        # replica 0's
+        for d in range(1, dp):
+            exp[(d, "resources")] = "fail"
+    elif fault == "shm-name-no-group":
+        # the dp*pp TP groups of the host all name their segment after group
+        # rank 0: one creates it, every other group fails (EEXIST, and its
+        # members find the winner's segment). With pp == 1 a replica holds
+        # one group: exactly one replica passes; with pp > 1 every replica
+        # holds a losing group.
+        for d in range(dp):
+            exp[(d, "resources")] = None
+        exp[("failing", "resources")] = dp - 1 if pp == 1 else dp
     return exp
 
 
 def verify(name, rep, exp, failures):
-    for (d, c), want in sorted(exp.items()):
+    for (d, c), want in sorted(exp.items(), key=str):
+        if d == "failing":
+            n = sum(1 for r in rep["replicas"] for k in r["checks"] if k["name"] == c and k["status"] == "fail")
+            if n != want:
+                failures.append("%s: %d replicas fail %s, want exactly %d" % (name, n, c, want))
+            continue
         got, detail = status(rep, d, c)
         if want is None:
             if got not in ("pass", "fail"):
