@@ -45,12 +45,14 @@ static const struct row table[] = {
 	{ "dp-rank-reset", { { "resources", PASS, FAIL } } },
 	/* one of the two TP groups creates the segment first: timing */
 	{ "shm-name-no-group", { { "resources", EITHER, EITHER } } },
+	{ "subgroup-reduce", { { "reduce-span", FAIL, FAIL } } },
+	{ "world-reduce", { { "reduce-span", FAIL, FAIL } } },
 };
 
 /* The table speaks of these checks; checks added later are held to `pass`
  * only when no fault is injected. */
 static const char *const tabled[] = { "broadcast", "opid", "device-map", "fused-allreduce", "dispatch",
-				      "resources" };
+				      "resources", "reduce-span" };
 
 static struct dptp_tcpstore_server *server;
 

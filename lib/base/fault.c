@@ -53,6 +53,20 @@ const struct dptp_fault_desc dptp_faults[DPTP_NFAULTS] = {
 		.symptom = "FileExistsError: [Errno 17] File exists: '/...'; shared-memory set-up fails",
 		.where = "lib/checks/resources.c resources_shm_name()",
 	},
+	[DPTP_FAULT_SUBGROUP_REDUCE] = {
+		.name = "subgroup-reduce", .check = "reduce-span", .bug = 0,
+		.mech = "G", .bugs = "SGLang PR 32963 (also 32511, 32012)",
+		.summary = "the TP all-reduce runs over a strict subgroup of the TP group (the EP subgroup of moe_tp x moe_ep), missing the orthogonal part of the sum",
+		.symptom = "silent garbage: GSM8K 0.012; TP8/EP2 0/8",
+		.where = "lib/checks/reduce_span.c reduce_span_tp_group()",
+	},
+	[DPTP_FAULT_WORLD_REDUCE] = {
+		.name = "world-reduce", .check = "reduce-span", .bug = 0,
+		.mech = "G", .bugs = "Megatron-LM issue 7452, transformers PR 48383",
+		.summary = "the TP all-reduce falls back to the WORLD group (no group given)",
+		.symptom = "silent: replicas mixed; or a deadlock where two TP models share the default group",
+		.where = "lib/checks/reduce_span.c reduce_span_tp_group()",
+	},
 };
 
 int dptp_fault_lookup(const char *name)

@@ -16,6 +16,8 @@
  *   dispatch-ep-group    5   lib/checks/dispatch.c    dispatch_run()
  *   dp-rank-reset        C   lib/checks/resources.c   resources_dp_rank()
  *   shm-name-no-group    I   lib/checks/resources.c   resources_shm_name()
+ *   subgroup-reduce      G   lib/checks/reduce_span.c reduce_span_tp_group()
+ *   world-reduce         G   lib/checks/reduce_span.c reduce_span_tp_group()
  *
  * The same text is each row's `where` below (tests/test_fault.c checks that
  * the function it names exists in that file). */
@@ -35,6 +37,8 @@ enum dptp_fault_id {
 	DPTP_FAULT_DISPATCH_EP_GROUP,
 	DPTP_FAULT_DP_RANK_RESET,
 	DPTP_FAULT_SHM_NAME_NO_GROUP,
+	DPTP_FAULT_SUBGROUP_REDUCE,
+	DPTP_FAULT_WORLD_REDUCE,
 	DPTP_NFAULTS,
 };
 

@@ -9,7 +9,8 @@
 	X(device_map) \
 	X(fused_allreduce) \
 	X(dispatch) \
-	X(resources)
+	X(resources) \
+	X(reduce_span)
 
 #define DECLARE(n) extern const struct dptp_check dptp_check_##n;
 #define ROW(n) &dptp_check_##n,

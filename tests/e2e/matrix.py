@@ -12,9 +12,9 @@ import sys
 import tempfile
 import time
 
-CHECKS = ["broadcast", "opid", "device-map", "fused-allreduce", "dispatch", "resources"]
+CHECKS = ["broadcast", "opid", "device-map", "fused-allreduce", "dispatch", "resources", "reduce-span"]
 FAULTS = ["bcast-global-src", "opid-seeded", "device-tp-rank", "world-workspace", "dispatch-ep-group",
-          "dp-rank-reset", "shm-name-no-group"]
+          "dp-rank-reset", "shm-name-no-group", "subgroup-reduce", "world-reduce"]
 SMALL = ["--tokens", "8", "--hidden", "64", "--timeout", "20"]
 
 
@@ -74,6 +74,12 @@ def expected(dp, pp, tp, fault, hosts=1, ranks_per_host=None):
             exp[(d, "broadcast")] = "skip"
         if tp == 1:
             exp[(d, "opid")] = "skip"
+    if fault == "subgroup-reduce":
+        # the TP sum over a strict subgroup misses the other members: every
+        # replica with tp >= 2 fails, whatever dp and pp
+        for d in range(dp):
+            exp[(d, "reduce-span")] = "fail" if tp > 1 else "pass"
+        return exp
     single_tp_group = dp == 1 and pp == 1
     if fault is None or single_tp_group:
         return exp
@@ -120,6 +126,10 @@ def expected(dp, pp, tp, fault, hosts=1, ranks_per_host=None):
             for d in range(1, dp):
                 exp[(d, "dispatch")] = "fail"
             # replica 0's slice comes from EP rank 0 = its own first rank
+    elif fault == "world-reduce":
+        # the TP sum over WORLD holds the other TP groups' contributions
+        for d in range(dp):
+            exp[(d, "reduce-span")] = "fail"
     elif fault == "dp-rank-reset":
         # every replica derives DP rank 0: replica 0's port, name and payload
         # are its own; every other replica's port is taken, its payload is
