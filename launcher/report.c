@@ -169,10 +169,12 @@ static const char *skip_value(const char *p)
 	return p;
 }
 
-/* Looks key up in the object starting at obj; fills v (caller frees v->s). */
+/* Looks key up in the object starting at obj; fills v, cleared on a miss
+ * (caller frees v->s either way). */
 static int obj_get(const char *obj, const char *key, struct jv *v)
 {
 	const char *p = ws(obj);
+	memset(v, 0, sizeof(*v)); /* callers free v->s on a miss too */
 	if (*p != '{')
 		return -1;
 	p = ws(p + 1);

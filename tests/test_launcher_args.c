@@ -173,6 +173,23 @@ static void test_error_json(void **state)
 	assert_int_equal(ts, 12);
 	free(msg);
 	assert_int_equal(report_parse_error_json("{\"nope\": 1}", &msg, &ts), -1);
+	/* nested without py_callstack: torchrun shows message.message */
+	assert_int_equal(report_parse_error_json(
+		"{\"message\": {\"message\": \"RuntimeError: a\\nb\", \"extraInfo\": {\"timestamp\": 7}}}",
+		&msg, &ts), 0);
+	assert_string_equal(msg, "RuntimeError: a\n  b");
+	assert_int_equal(ts, 7);
+	free(msg);
+	/* nested without extraInfo, and without either: message, then <N/A> */
+	assert_int_equal(report_parse_error_json("{\"message\": {\"message\": \"only\"}}", &msg, &ts), 0);
+	assert_string_equal(msg, "only");
+	assert_int_equal(ts, 0);
+	free(msg);
+	assert_int_equal(report_parse_error_json("{\"message\": {}}", &msg, &ts), 0);
+	assert_string_equal(msg, "<N/A>");
+	free(msg);
+	assert_int_equal(report_parse_error_json("", &msg, &ts), -1);
+	assert_null(msg);
 }
 
 static void test_report(void **state)

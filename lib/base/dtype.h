@@ -101,7 +101,7 @@ static inline void dptp_store_elt(void *p, size_t i, float v, enum dptp_dtype dt
 /* Whole arrays, one loop per dtype (no branch per element): out[i] = p[i]. */
 static inline void dptp_load_f32(float *out, const void *p, size_t n, enum dptp_dtype dt)
 {
-	const uint16_t *q = p;
+	const uint16_t *q = (const uint16_t *)p;
 	switch (dt) {
 	case DPTP_DTYPE_FP32: memcpy(out, p, n * sizeof(float)); break;
 	case DPTP_DTYPE_BF16: for (size_t i = 0; i < n; i++) out[i] = dptp_bf16_to_f32(q[i]); break;
@@ -112,7 +112,7 @@ static inline void dptp_load_f32(float *out, const void *p, size_t n, enum dptp_
 /* p[i] = in[i], rounded to dt as dptp_store_elt rounds. */
 static inline void dptp_store_f32(void *p, const float *in, size_t n, enum dptp_dtype dt)
 {
-	uint16_t *q = p;
+	uint16_t *q = (uint16_t *)p;
 	switch (dt) {
 	case DPTP_DTYPE_FP32: memcpy(p, in, n * sizeof(float)); break;
 	case DPTP_DTYPE_BF16: for (size_t i = 0; i < n; i++) q[i] = dptp_f32_to_bf16(in[i]); break;
@@ -123,7 +123,7 @@ static inline void dptp_store_f32(void *p, const float *in, size_t n, enum dptp_
 /* acc[i] += p[i] (in fp32), the step of a sum in a fixed order. */
 static inline void dptp_add_f32(float *acc, const void *p, size_t n, enum dptp_dtype dt)
 {
-	const uint16_t *q = p;
+	const uint16_t *q = (const uint16_t *)p;
 	switch (dt) {
 	case DPTP_DTYPE_FP32: for (size_t i = 0; i < n; i++) acc[i] += ((const float *)p)[i]; break;
 	case DPTP_DTYPE_BF16: for (size_t i = 0; i < n; i++) acc[i] += dptp_bf16_to_f32(q[i]); break;
