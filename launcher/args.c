@@ -698,6 +698,7 @@ enum run_args_result run_args_parse(struct run_opts *o, int argc, char **argv, F
 {
 	struct parse p = {.errs = errs};
 	enum run_args_result r;
+	bool dashdash = false;
 	int i;
 
 	memset(o, 0, sizeof(*o));
@@ -724,6 +725,7 @@ enum run_args_result run_args_parse(struct run_opts *o, int argc, char **argv, F
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--")) {
+			dashdash = true;
 			i++;
 			break;
 		}
@@ -790,6 +792,18 @@ enum run_args_result run_args_parse(struct run_opts *o, int argc, char **argv, F
 	o->script = argv[i];
 	o->script_args = argv + i + 1;
 	o->nscript_args = argc - i - 1;
+	/* argparse (Python 3.12+, torchrun's) removes one "--" from a command
+	 * line: one before the script, else the first among the script's
+	 * arguments ("-m mod -- --depth=20" hands the module "--depth=20");
+	 * later ones stay. */
+	for (int k = 0; !dashdash && k < o->nscript_args; k++) {
+		if (strcmp(o->script_args[k], "--"))
+			continue;
+		memmove(o->script_args + k, o->script_args + k + 1,
+			(size_t)(o->nscript_args - k - 1) * sizeof(*o->script_args));
+		o->nscript_args--;
+		break;
+	}
 	r = convert(&p, o);
 	if (r)
 		run_opts_release(o);

@@ -52,7 +52,7 @@ struct run_opts {
 	int signals[RUN_MAX_SIGNALS];
 	size_t nsignals;
 	const char *script;
-	char **script_args; /* borrowed from argv */
+	char **script_args; /* borrowed from argv (argparse's "--" removed in place) */
 	int nscript_args;
 };
 

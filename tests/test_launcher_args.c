@@ -75,6 +75,26 @@ static void test_short_and_remainder(void **state)
 	run_opts_release(&o);
 }
 
+/* argparse removes one "--": the first after the script, unless one came before it */
+static void test_dashdash(void **state)
+{
+	struct run_opts o;
+	const char *a[] = {"-m", "scripts.base_train", "--", "--depth=20", "--", "x", NULL};
+	assert_int_equal(parse(&o, a), RUN_ARGS_OK);
+	assert_string_equal(o.script, "scripts.base_train");
+	assert_int_equal(o.nscript_args, 3);
+	assert_string_equal(o.script_args[0], "--depth=20");
+	assert_string_equal(o.script_args[1], "--");
+	assert_string_equal(o.script_args[2], "x");
+	run_opts_release(&o);
+	const char *b[] = {"--", "t.py", "--", "--x", NULL};
+	assert_int_equal(parse(&o, b), RUN_ARGS_OK);
+	assert_string_equal(o.script, "t.py");
+	assert_int_equal(o.nscript_args, 2);
+	assert_string_equal(o.script_args[0], "--");
+	run_opts_release(&o);
+}
+
 static void test_pet(void **state)
 {
 	struct run_opts o;
@@ -220,6 +240,7 @@ int main(void)
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_spellings),
 		cmocka_unit_test(test_short_and_remainder),
+		cmocka_unit_test(test_dashdash),
 		cmocka_unit_test(test_pet),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_std),
