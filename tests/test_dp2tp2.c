@@ -47,6 +47,8 @@ static const struct row table[] = {
 	{ "shm-name-no-group", { { "resources", EITHER, EITHER } } },
 	{ "subgroup-reduce", { { "reduce-span", FAIL, FAIL } } },
 	{ "world-reduce", { { "reduce-span", FAIL, FAIL } } },
+	{ "root-by-local-rank", { { "broadcast", PASS, FAIL }, { "opid", PASS, EITHER },
+				  { "fused-allreduce", PASS, EITHER } } },
 };
 
 /* The table speaks of these checks; checks added later are held to `pass`

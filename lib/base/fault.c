@@ -67,6 +67,13 @@ const struct dptp_fault_desc dptp_faults[DPTP_NFAULTS] = {
 		.symptom = "silent: replicas mixed; or a deadlock where two TP models share the default group",
 		.where = "lib/checks/reduce_span.c reduce_span_tp_group()",
 	},
+	[DPTP_FAULT_ROOT_BY_LOCAL_RANK] = {
+		.name = "root-by-local-rank", .check = "broadcast", .bug = 0,
+		.mech = "R", .bugs = "tokenspeed PR 786, PyTorch issue 130515 (also 74602, 149200)",
+		.summary = "the exchange backend's \"am I the root?\" test compares the group-local rank with the global src (the mirror image of bug 2)",
+		.symptom = "DP replica 1's requests dropped or stalled, replica 0 fine; silent: all gradients zero in subgroups",
+		.where = "lib/plane/group.c dptp_xchg_is_root()",
+	},
 };
 
 int dptp_fault_lookup(const char *name)

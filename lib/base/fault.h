@@ -18,6 +18,8 @@
  *   shm-name-no-group    I   lib/checks/resources.c   resources_shm_name()
  *   subgroup-reduce      G   lib/checks/reduce_span.c reduce_span_tp_group()
  *   world-reduce         G   lib/checks/reduce_span.c reduce_span_tp_group()
+ *   root-by-local-rank   R   lib/plane/group.c        dptp_xchg_is_root()
+ *                            (flag: dptp_exchange.root_by_local_rank)
  *
  * The same text is each row's `where` below (tests/test_fault.c checks that
  * the function it names exists in that file). */
@@ -39,6 +41,7 @@ enum dptp_fault_id {
 	DPTP_FAULT_SHM_NAME_NO_GROUP,
 	DPTP_FAULT_SUBGROUP_REDUCE,
 	DPTP_FAULT_WORLD_REDUCE,
+	DPTP_FAULT_ROOT_BY_LOCAL_RANK,
 	DPTP_NFAULTS,
 };
 

@@ -94,6 +94,7 @@ int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dpt
 	DPTP_TRY(dptp_layout_init(&c->layout, b->size, p->dp, p->pp, p->tp, err));
 	c->me = dptp_layout_coord(&c->layout, c->rank);
 	dptp_exchange_init(&c->x, b, dptp_fault_on(p->faults, DPTP_FAULT_BCAST_GLOBAL_SRC));
+	c->x.root_by_local_rank = dptp_fault_on(p->faults, DPTP_FAULT_ROOT_BY_LOCAL_RANK);
 	c->x.deadline = dptp_now() + p->timeout;
 
 	int world = b->size;

@@ -111,24 +111,75 @@ int dptp_xchg_fetch(struct dptp_exchange *x, int rank, void *out, size_t len, st
 	return 0;
 }
 
+bool dptp_xchg_is_root(const struct dptp_exchange *x, const struct dptp_group *g, int src_global)
+{
+	if (x->root_by_local_rank)
+		return g->index == src_global; /* the group-local rank compared with a global src */
+	return x->b->rank == src_global;
+}
+
+/* A member's part of a broadcast round: a flag byte (1: acted as root),
+ * then, after a 1, the payload. */
+static int fetch_part(struct dptp_exchange *x, int rank, void *buf, size_t len, bool *acted,
+		      struct dptp_err *err)
+{
+	char key[64];
+	key_of(key, sizeof(key), x->seq);
+	void *data = NULL;
+	size_t n = 0;
+	double left = x->deadline - dptp_now();
+	DPTP_TRY(dptp_bootstrap_get(x->b, rank, key, &data, &n, left < DPTP_XCHG_OP_DEADLINE ? left :
+				    DPTP_XCHG_OP_DEADLINE, err));
+	int rc = 0;
+	*acted = n >= 1 && ((unsigned char *)data)[0] == 1;
+	if (*acted && n != len + 1)
+		rc = dptp_err_set(err, -EPROTO, "rank %d sent %zu bytes, expected %zu", rank, n - 1, len);
+	else if (*acted)
+		memcpy(buf, (unsigned char *)data + 1, len);
+	free(data);
+	return rc;
+}
+
 int dptp_xchg_bcast(struct dptp_exchange *x, const struct dptp_group *g, int src_global,
 		    void *buf, size_t len, struct dptp_err *err)
 {
 	int me = x->b->rank;
 	int member = dptp_group_index_of(g, src_global) >= 0;
+	bool mine = g->index >= 0 && dptp_group_index_of(g, me) >= 0;
+	bool acts = mine && member && dptp_xchg_is_root(x, g, src_global);
+	/* every member stages its part: a flag, and the payload when it acts */
+	unsigned char *part = mine ? malloc(len + 1) : NULL;
+	if (mine && !part) {
+		dptp_xchg_round(x, NULL, 0, NULL); /* stay in lockstep */
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	}
+	if (part) {
+		part[0] = acts;
+		if (acts)
+			memcpy(part + 1, buf, len);
+	}
 	/* stay in lockstep: every rank takes part in the round, even when its
 	 * own call is refused */
-	int rc = dptp_xchg_round(x, member && src_global == me ? buf : NULL, len, err);
+	int rc = dptp_xchg_round(x, part, acts ? len + 1 : 1, err);
+	free(part);
+	char s[256];
 	if (!member) {
-		char s[256];
 		dptp_group_format(g, s, sizeof(s));
 		return dptp_err_set(err, -EINVAL, "global rank %d is not part of group %s", src_global, s);
 	}
-	if (rc < 0)
+	if (rc < 0 || acts)
 		return rc;
-	if (src_global == me)
+	/* receive from the source; if it did not act, from whichever member did */
+	bool acted = false;
+	DPTP_TRY(fetch_part(x, src_global, buf, len, &acted, err));
+	for (int i = 0; !acted && i < g->size; i++)
+		if (g->ranks[i] != src_global)
+			DPTP_TRY(fetch_part(x, g->ranks[i], buf, len, &acted, err));
+	if (acted)
 		return 0;
-	return dptp_xchg_fetch(x, src_global, buf, len, err);
+	dptp_group_format(g, s, sizeof(s));
+	return dptp_err_set(err, -ENODATA, "no rank of group %s acted as root of a broadcast from global rank %d",
+			    s, src_global);
 }
 
 int dptp_xchg_bcast_root(struct dptp_exchange *x, const struct dptp_group *g, int root,

@@ -53,6 +53,7 @@ struct dptp_exchange {
 	double deadline;  /* absolute dptp_now() time; ops fail with -ETIMEDOUT after it */
 	bool broken;      /* a fence timed out: lockstep is lost, later ops fail fast */
 	bool root_as_global; /* bug 2's backend: see dptp_xchg_root_src() */
+	bool root_by_local_rank; /* root-by-local-rank: see dptp_xchg_is_root() */
 };
 
 /* root_as_global makes this instance the buggy backend of bug 2 (in the real
@@ -64,7 +65,21 @@ void dptp_exchange_init(struct dptp_exchange *x, struct dptp_bootstrap *b, bool 
  * global rank (bug 2, the one place it acts). */
 int dptp_xchg_root_src(const struct dptp_exchange *x, const struct dptp_group *g, int root);
 
-/* Torch-style broadcast of len bytes from global rank src to the members of g. */
+/* The "am I the root?" test of a broadcast from global rank src: this
+ * rank's global rank equals src -- or, in the root_by_local_rank backend,
+ * its group-local rank does (tokenspeed PR 786, PyTorch issue 130515: the
+ * mirror image of bug 2; the one place it acts). */
+bool dptp_xchg_is_root(const struct dptp_exchange *x, const struct dptp_group *g, int src_global);
+
+/* Per-operation bound of a broadcast's receive (seconds, within the
+ * exchange deadline): after the round's fence the root's data is there or
+ * never will be. */
+#define DPTP_XCHG_OP_DEADLINE 2.0
+
+/* Torch-style broadcast of len bytes from global rank src to the members of
+ * g. The member that passes dptp_xchg_is_root() acts as root and sends; the
+ * others receive what it sent. When no member acted, -ENODATA: "no rank of
+ * group [2, 3] acted as root of a broadcast from global rank 2". */
 int dptp_xchg_bcast(struct dptp_exchange *x, const struct dptp_group *g, int src_global,
 		    void *buf, size_t len, struct dptp_err *err);
 /* flashinfer-style broadcast from a group-local root, with the source from

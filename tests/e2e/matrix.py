@@ -14,7 +14,7 @@ import time
 
 CHECKS = ["broadcast", "opid", "device-map", "fused-allreduce", "dispatch", "resources", "reduce-span"]
 FAULTS = ["bcast-global-src", "opid-seeded", "device-tp-rank", "world-workspace", "dispatch-ep-group",
-          "dp-rank-reset", "shm-name-no-group", "subgroup-reduce", "world-reduce"]
+          "dp-rank-reset", "shm-name-no-group", "subgroup-reduce", "world-reduce", "root-by-local-rank"]
 SMALL = ["--tokens", "8", "--hidden", "64", "--timeout", "20"]
 
 
@@ -92,8 +92,11 @@ def expected(dp, pp, tp, fault, hosts=1, ranks_per_host=None):
         base = d * pp * tp
         return [[base + s * tp + t for s in range(pp)] for t in range(tp)]
 
-    if fault == "bcast-global-src":
-        # a group fails when some local root index is not one of its members
+    if fault in ("bcast-global-src", "root-by-local-rank"):
+        # bcast-global-src: a group fails when some local root index is not
+        # one of its members; root-by-local-rank (the mirror image): when
+        # some member's global rank differs from its group rank. For a group
+        # of ascending ranks both mean "the group is not [0 .. n-1]".
         for d in range(dp):
             groups = (tp_groups_of(d) if tp > 1 else []) + (pp_groups_of(d) if pp > 1 else [])
             bad = any(any(i not in g for i in range(len(g))) for g in groups)
