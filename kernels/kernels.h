@@ -182,9 +182,7 @@ int dptp_cuda_ar_check(struct dptp_cuda_ar *ar, void *stream, struct dptp_err *e
  * fused kernels (so fused and unfused agree bit for bit on exact inputs).
  * Uses x, residual_in, gamma, residual_out, norm_out, tokens, hidden, eps,
  * max_blocks of a; max_bytes is not limited. One block per row (fewer when
- * max_blocks says so: then blocks loop over rows), launched as a
- * programmatic dependent launch: it may be scheduled before the previous
- * kernel on the stream ends, and waits for that kernel's memory first. */
+ * max_blocks says so: then blocks loop over rows). */
 int dptp_cuda_residual_rmsnorm(const struct dptp_ar_args *a, enum dptp_dtype dt, void *stream,
 			       struct dptp_err *err);
 

@@ -742,6 +742,10 @@ static double copy_bandwidth(void)
 
 /* ---- the TP 1 residual + RMSNorm kernel against the copy ceiling ---- */
 
+/* Microseconds per cudaMemcpy of bytes, B2B_CALLS back to back, median of
+ * B2B_REPS: a copy moving what one residual + RMSNorm call moves. */
+static double copy_b2b_us(size_t bytes, void *stream, void *e0, void *e1);
+
 #define B2B_CALLS 20	/* launches per back-to-back sample */
 #define B2B_REPS 10
 
@@ -813,6 +817,29 @@ static double norm_exactness(const struct norm_set *b, size_t t, size_t h, uint1
 	return worst;
 }
 
+static double copy_b2b_us(size_t bytes, void *stream, void *e0, void *e1)
+{
+	void *a = NULL, *b = NULL;
+	CHECK(dptp_cuda_malloc(&a, bytes, &errbuf));
+	CHECK(dptp_cuda_malloc(&b, bytes, &errbuf));
+	CHECK(dptp_cuda_memset(a, 1, bytes, NULL, &errbuf));
+	float us[B2B_REPS];
+	for (int rep = -1; rep < B2B_REPS; rep++) {
+		CHECK(dptp_cuda_event_record(e0, stream, &errbuf));
+		for (int c = 0; c < B2B_CALLS; c++)
+			CHECK(dptp_cuda_memcpy(c % 2 ? a : b, c % 2 ? b : a, bytes, stream, &errbuf));
+		CHECK(dptp_cuda_event_record(e1, stream, &errbuf));
+		CHECK(dptp_cuda_event_sync(e1, &errbuf));
+		if (rep >= 0) {
+			CHECK(dptp_cuda_event_elapsed_ms(e0, e1, &us[rep], &errbuf));
+			us[rep] *= 1000.f / B2B_CALLS;
+		}
+	}
+	dptp_cuda_free(a);
+	dptp_cuda_free(b);
+	return median(us, B2B_REPS);
+}
+
 static void bench_norm(FILE *js, double copy_gbs)
 {
 	const size_t shapes[][2] = {{2048, 8192}, {16384, 8192}};
@@ -858,6 +885,14 @@ static void bench_norm(FILE *js, double copy_gbs)
 			CHECK(dptp_cuda_memcpy(sets[k].x, hx, bytes, NULL, &errbuf));
 			CHECK(dptp_cuda_memcpy(sets[k].res, hr, bytes, NULL, &errbuf));
 		}
+		const double cus = copy_b2b_us(2 * bytes, stream, e0, e1);
+		fprintf(stderr, "%5zux%-8zu %-30s %3s %7s %7s %10s %10.1f %9.0f\n", t, h,
+			"cudaMemcpy of the same bytes", "", "", "", "", cus,
+			4.0 * (double)bytes / (cus * 1e-6) / 1e9);
+		fprintf(js, "%s\n   {\"tokens\": %zu, \"hidden\": %zu, \"variant\": \"copy\", "
+			    "\"b2b_us\": %.2f, \"b2b_gbps\": %.1f}",
+			firstrow ? "" : ",", t, h, cus, 4.0 * (double)bytes / (cus * 1e-6) / 1e9);
+		firstrow = 0;
 		for (size_t vi = 0; vi < nvar; vi++) {
 			const struct norm_variant *v = &norm_variants[vi];
 			struct dptp_ar_shape sh;
@@ -935,7 +970,10 @@ static void bench_norm(FILE *js, double copy_gbs)
 		free(ro);
 		free(no);
 	}
-	fprintf(js, "]}");
+	const double copy_after = copy_bandwidth();
+	fprintf(js, "], \"copy_gbps_after\": %.1f}", copy_after);
+	fprintf(stderr, "copy 1 GiB: %.1f GB/s before these rows, %.1f GB/s after\n", copy_gbs,
+		copy_after);
 	dptp_cuda_free(gamma);
 	dptp_cuda_stream_destroy(stream);
 	dptp_cuda_event_destroy(e0);
