@@ -160,6 +160,12 @@ int dptp_check_main(int argc, char **argv)
 	rep.inject = inject;
 	double gather_timeout = c.x.broken ? 0.3 : o.timeout;
 	rc = dptp_gather_results(b, &c.layout, res, nres, gather_timeout, &rep, &err);
+	/* the mechanism each check tests, named beside a failure in JSON */
+	for (size_t d = 0; d < rep.nreplicas; d++)
+		for (size_t k = 0; k < rep.replicas[d].nchecks; k++) {
+			int id = dptp_check_lookup(rep.replicas[d].checks[k].name);
+			rep.replicas[d].checks[k].mech = id >= 0 ? dptp_checks[id]->mech : NULL;
+		}
 	int code;
 	enum dptp_status worst = DPTP_PASS;
 	for (size_t k = 0; k < nres; k++)

@@ -144,6 +144,7 @@ static void broadcast_release(struct dptp_ctx *c, void *state)
 const struct dptp_check dptp_check_broadcast = {
 	.name = "broadcast",
 	.summary = "group broadcasts from every group-local root deliver that root's payload (objects and buffers)",
+	.mech = "R",
 	.skip = broadcast_skip,
 	.state_size = sizeof(struct state),
 	.prepare = broadcast_prepare,

@@ -20,6 +20,7 @@ struct dptp_ctx;
 struct dptp_check {
 	const char *name;     /* the CLI and report name (DESIGN.md) */
 	const char *summary;  /* one line for --list */
+	const char *mech;     /* mechanism code(s) of reference/FAMILY.md it tests: "G", "C,I" */
 
 	/* Optional. NULL when this layout has something to test, else why
 	 * not (the `skip` detail). Must give the same answer on every rank. */

@@ -156,6 +156,7 @@ static void device_map_release(struct dptp_ctx *c, void *state)
 const struct dptp_check dptp_check_device_map = {
 	.name = "device-map",
 	.summary = "each rank's device is the one for its LOCAL_RANK, and no two ranks share one",
+	.mech = "D",
 	.state_size = sizeof(struct state),
 	.prepare = device_map_prepare,
 	.run = device_map_run,

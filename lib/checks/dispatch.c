@@ -181,6 +181,7 @@ static void dispatch_release(struct dptp_ctx *c, void *state)
 const struct dptp_check dptp_check_dispatch = {
 	.name = "dispatch",
 	.summary = "naive MoE dispatch/combine returns each replica's own tokens",
+	.mech = "G",
 	.state_size = sizeof(struct state),
 	.prepare = dispatch_prepare,
 	.run = dispatch_run,

@@ -306,6 +306,7 @@ static void fused_release(struct dptp_ctx *c, void *state)
 const struct dptp_check dptp_check_fused_allreduce = {
 	.name = "fused-allreduce",
 	.summary = "allreduce + residual + RMSNorm through the IPC workspace equals the local reference",
+	.mech = "G",
 	.state_size = sizeof(struct state),
 	.prepare = fused_prepare,
 	.rounds = ITERATIONS,

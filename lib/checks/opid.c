@@ -167,6 +167,7 @@ static void opid_release(struct dptp_ctx *c, void *state)
 const struct dptp_check dptp_check_opid = {
 	.name = "opid",
 	.summary = "each TP group's IPC opId is agreed and unique on its host (sockets bound, descriptors passed)",
+	.mech = "I",
 	.skip = opid_skip,
 	.state_size = sizeof(struct state),
 	.prepare = opid_prepare,

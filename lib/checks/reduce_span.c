@@ -173,6 +173,7 @@ static void reduce_span_release(struct dptp_ctx *c, void *state)
 const struct dptp_check dptp_check_reduce_span = {
 	.name = "reduce-span",
 	.summary = "all-reduces over the TP and the DP group sum exactly their members' contributions",
+	.mech = "G",
 	.state_size = sizeof(struct state),
 	.prepare = reduce_span_prepare,
 	.run = reduce_span_run,

@@ -360,6 +360,7 @@ static void resources_release(struct dptp_ctx *c, void *state)
 const struct dptp_check dptp_check_resources = {
 	.name = "resources",
 	.summary = "each replica's port, shared-memory segment and payload, derived from its DP coordinate, are its own",
+	.mech = "C,I",
 	.state_size = sizeof(struct state),
 	.prepare = resources_prepare,
 	.run = resources_run,

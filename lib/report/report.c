@@ -298,6 +298,10 @@ int dptp_report_write_json(const struct dptp_report *r, FILE *f)
 			json_num(f, c->seconds);
 			fputs(", \"detail\": \"", f);
 			dptp_json_escape(f, or_empty(c->detail), strlen(or_empty(c->detail)));
+			if (c->status == DPTP_FAIL && c->mech) {
+				fputs("\", \"mechanism\": \"", f);
+				dptp_json_escape(f, c->mech, strlen(c->mech));
+			}
 			fputs("\"}", f);
 		}
 		fputs(rep->nchecks ? "\n   ]}" : "]}", f);

@@ -30,6 +30,7 @@ struct dptp_check_result {
 	enum dptp_status status;
 	double seconds;
 	char *detail;     /* owned, "" when nothing to say; never NULL once set */
+	const char *mech; /* static: the check's mechanism code(s) (FAMILY.md), NULL unknown */
 };
 
 struct dptp_replica_result {

@@ -151,7 +151,17 @@ def expected(dp, pp, tp, fault, hosts=1, ranks_per_host=None):
     return exp
 
 
+MECH = {"broadcast": "R", "opid": "I", "device-map": "D", "fused-allreduce": "G", "dispatch": "G",
+        "resources": "C,I", "reduce-span": "G"}
+
+
 def verify(name, rep, exp, failures):
+    for r in rep["replicas"]:
+        for c in r["checks"]:
+            want = MECH.get(c["name"]) if c["status"] == "fail" else None
+            if c.get("mechanism") != want:
+                failures.append("%s: dp%d/%s (%s) names mechanism %r, want %r" %
+                                (name, r["dp"], c["name"], c["status"], c.get("mechanism"), want))
     for (d, c), want in sorted(exp.items(), key=str):
         if d == "failing":
             n = sum(1 for r in rep["replicas"] for k in r["checks"] if k["name"] == c and k["status"] == "fail")
