@@ -49,12 +49,16 @@ static const struct row table[] = {
 	{ "world-reduce", { { "reduce-span", FAIL, FAIL } } },
 	{ "root-by-local-rank", { { "broadcast", PASS, FAIL }, { "opid", PASS, EITHER },
 				  { "fused-allreduce", PASS, EITHER } } },
+	/* mechanism P: every replica fails, the idle one as the cause, the
+	 * other as the victim; or both on the disagreeing size */
+	{ "idle-skip", { { "lockstep", FAIL, FAIL } } },
+	{ "local-shape", { { "lockstep", FAIL, FAIL } } },
 };
 
 /* The table speaks of these checks; checks added later are held to `pass`
  * only when no fault is injected. */
 static const char *const tabled[] = { "broadcast", "opid", "device-map", "fused-allreduce", "dispatch",
-				      "resources", "reduce-span" };
+				      "resources", "reduce-span", "lockstep" };
 
 static struct dptp_tcpstore_server *server;
 

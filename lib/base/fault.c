@@ -74,6 +74,20 @@ const struct dptp_fault_desc dptp_faults[DPTP_NFAULTS] = {
 		.symptom = "DP replica 1's requests dropped or stalled, replica 0 fine; silent: all gradients zero in subgroups",
 		.where = "lib/plane/group.c dptp_xchg_is_root()",
 	},
+	[DPTP_FAULT_IDLE_SKIP] = {
+		.name = "idle-skip", .check = "lockstep", .bug = 0,
+		.mech = "P", .bugs = "vLLM issue 43547, SGLang issue 28915",
+		.summary = "a replica with zero tokens returns before the DP-wide collectives its peers enter",
+		.symptom = "a permanent hang (reduce_scatter deadlock after about an hour) with DP; dp=1 healthy",
+		.where = "lib/checks/lockstep.c serve_step()",
+	},
+	[DPTP_FAULT_LOCAL_SHAPE] = {
+		.name = "local-shape", .check = "lockstep", .bug = 0,
+		.mech = "P", .bugs = "vLLM PR 25906",
+		.summary = "the DP-wide collective is sized from the replica's own unpadded token count, not the DP-synced maximum",
+		.symptom = "DP/EP hang: members of the DP group disagree on the size of one collective",
+		.where = "lib/checks/lockstep.c dispatch_count()",
+	},
 };
 
 int dptp_fault_lookup(const char *name)

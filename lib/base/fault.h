@@ -20,6 +20,8 @@
  *   world-reduce         G   lib/checks/reduce_span.c reduce_span_tp_group()
  *   root-by-local-rank   R   lib/plane/group.c        dptp_xchg_is_root()
  *                            (flag: dptp_exchange.root_by_local_rank)
+ *   idle-skip            P   lib/checks/lockstep.c    serve_step()
+ *   local-shape          P   lib/checks/lockstep.c    dispatch_count()
  *
  * The same text is each row's `where` below (tests/test_fault.c checks that
  * the function it names exists in that file). */
@@ -42,6 +44,8 @@ enum dptp_fault_id {
 	DPTP_FAULT_SUBGROUP_REDUCE,
 	DPTP_FAULT_WORLD_REDUCE,
 	DPTP_FAULT_ROOT_BY_LOCAL_RANK,
+	DPTP_FAULT_IDLE_SKIP,
+	DPTP_FAULT_LOCAL_SHAPE,
 	DPTP_NFAULTS,
 };
 

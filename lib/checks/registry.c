@@ -10,7 +10,8 @@
 	X(fused_allreduce) \
 	X(dispatch) \
 	X(resources) \
-	X(reduce_span)
+	X(reduce_span) \
+	X(lockstep)
 
 #define DECLARE(n) extern const struct dptp_check dptp_check_##n;
 #define ROW(n) &dptp_check_##n,

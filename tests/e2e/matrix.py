@@ -12,9 +12,11 @@ import sys
 import tempfile
 import time
 
-CHECKS = ["broadcast", "opid", "device-map", "fused-allreduce", "dispatch", "resources", "reduce-span"]
+CHECKS = ["broadcast", "opid", "device-map", "fused-allreduce", "dispatch", "resources", "reduce-span",
+          "lockstep"]
 FAULTS = ["bcast-global-src", "opid-seeded", "device-tp-rank", "world-workspace", "dispatch-ep-group",
-          "dp-rank-reset", "shm-name-no-group", "subgroup-reduce", "world-reduce", "root-by-local-rank"]
+          "dp-rank-reset", "shm-name-no-group", "subgroup-reduce", "world-reduce", "root-by-local-rank",
+          "idle-skip", "local-shape"]
 SMALL = ["--tokens", "8", "--hidden", "64", "--timeout", "20"]
 
 
@@ -74,11 +76,22 @@ def expected(dp, pp, tp, fault, hosts=1, ranks_per_host=None):
             exp[(d, "broadcast")] = "skip"
         if tp == 1:
             exp[(d, "opid")] = "skip"
+        if tp == 1 and dp == 1:
+            exp[(d, "lockstep")] = "skip"
     if fault == "subgroup-reduce":
         # the TP sum over a strict subgroup misses the other members: every
         # replica with tp >= 2 fails, whatever dp and pp
         for d in range(dp):
             exp[(d, "reduce-span")] = "fail" if tp > 1 else "pass"
+        return exp
+    if fault in ("idle-skip", "local-shape"):
+        # mechanism P acts on the DP group only: with dp >= 2, the idle
+        # replica skips (every DP peer then waits for it), or every
+        # replica's own token count sizes the DP-wide collective (they all
+        # differ): every replica fails; with dp = 1 nothing changes
+        if dp > 1:
+            for d in range(dp):
+                exp[(d, "lockstep")] = "fail"
         return exp
     single_tp_group = dp == 1 and pp == 1
     if fault is None or single_tp_group:
@@ -194,12 +207,16 @@ def main():
     ap.add_argument("--launcher", default="mpirun")
     ap.add_argument("--run")
     ap.add_argument("--layouts", default="dp2tp2,dp4tp2,dp2tp4,dp2pp2tp2,dp1tp4,dp4tp1")
+    ap.add_argument("--faults", help="comma-separated subset of the faults (default: all, and no fault)")
     args = ap.parse_args()
     failures = []
     n = 0
     for lname in args.layouts.split(","):
         np_, dp, pp, tp = LAYOUTS[lname]
-        for fault in [None] + FAULTS:
+        faults = [None] + FAULTS
+        if args.faults:
+            faults = [None if f == "none" else f for f in args.faults.split(",")]
+        for fault in faults:
             name = "%s %s" % (lname, fault or "no-fault")
             p, rep, dt = run(args, np_, dp, tp, pp, fault)
             n += 1
