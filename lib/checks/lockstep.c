@@ -391,6 +391,7 @@ static void lockstep_release(struct dptp_ctx *c, void *state)
 
 const struct dptp_check dptp_check_lockstep = {
 	.name = "lockstep",
+	.mech = "P",
 	.summary = "every member of every group enters the same collectives; an idle replica still syncs",
 	.skip = skip_of,
 	.state_size = sizeof(struct state),
