@@ -165,7 +165,7 @@ def expected(dp, pp, tp, fault, hosts=1, ranks_per_host=None):
 
 
 MECH = {"broadcast": "R", "opid": "I", "device-map": "D", "fused-allreduce": "G", "dispatch": "G",
-        "resources": "C,I", "reduce-span": "G"}
+        "resources": "C,I", "reduce-span": "G", "lockstep": "P"}
 
 
 def verify(name, rep, exp, failures):
