@@ -34,7 +34,10 @@ static void child(const struct spawn_req *r, int status_fd, pid_t parent)
 	/* no worker outlives a launcher that dies, even by SIGKILL */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 		goto fail;
-	if (setpgid(0, 0) < 0)
+	/* a session of its own, as torchrun's start_new_session=True: a worker
+	 * that reads the terminal is not stopped by SIGTTIN, and its process
+	 * group (its id is the worker's pid) is what teardown and the guard kill */
+	if (setsid() < 0)
 		goto fail;
 	if (r->stdout_fd >= 0 && dup2(r->stdout_fd, STDOUT_FILENO) < 0)
 		goto fail;

@@ -1,4 +1,4 @@
-/* Starting one worker: own process group, default signal dispositions and
+/* Starting one worker: own session and process group, default signal dispositions and
  * mask, PR_SET_PDEATHSIG, and a close-on-exec exec-status pipe so that an
  * exec failure comes back as an errno instead of a silent exit 127. */
 #ifndef DPTP_LAUNCHER_SPAWN_H

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "guard.h"
 #include "logs.h"
 #include "pmix_srv.h"
 #include "rendezvous.h"
@@ -57,6 +58,7 @@ struct job {
 	int signal_received;
 	double stop_timeout;
 	bool info_log;
+	struct run_guard guard;
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -189,6 +191,7 @@ static void reap(struct job *j)
 		pmix_srv_worker_exited(&j->srv, w->global_rank, w->exitcode);
 		/* what the worker left behind in its process group goes too */
 		killpg(pid, SIGKILL);
+		run_guard_forget(&j->guard, pid);
 		if (w->exitcode != 0 && !j->stopping) {
 			record(j, w, w->exitcode, NULL);
 			begin_stop(j, SIGTERM);
@@ -316,6 +319,7 @@ static int start_workers(struct job *j, const char *attempt_dir, struct dptp_err
 			if (pid > 0) {
 				w->pid = pid;
 				w->alive = true;
+				run_guard_watch(&j->guard, pid);
 				j->alive++;
 				pmix_srv_worker_started(&j->srv, w->global_rank, pid, j->cmd.path);
 			}
@@ -573,9 +577,22 @@ int supervise_run(const struct run_opts *o)
 
 	t_start = dptp_now();
 	timing = getenv("DPTP_RUN_TIMING") != NULL;
-	if ((env = getenv("DPTP_RUN_STOP_TIMEOUT")) && dptp_parse_double(env, 0, 86400, &j.stop_timeout) < 0) {
-		fprintf(stderr, "dptp-run: error: invalid DPTP_RUN_STOP_TIMEOUT '%s'\n", env);
-		return 2;
+	/* the grace period after the closing signal: ours, else newer
+	 * torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT (whole seconds), else 30 s;
+	 * an empty variable counts as unset */
+	static const char *const stop_vars[] = {"DPTP_RUN_STOP_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"};
+	for (size_t i = 0; i < DPTP_ARRAY_LEN(stop_vars); i++) {
+		if (!(env = getenv(stop_vars[i])) || !*env)
+			continue;
+		uint64_t secs;
+		if (i == 0 ? dptp_parse_double(env, 0, 86400, &j.stop_timeout) < 0
+			   : dptp_parse_u64(env, 0, 86400, false, &secs) < 0) {
+			fprintf(stderr, "dptp-run: error: invalid %s '%s'\n", stop_vars[i], env);
+			return 2;
+		}
+		if (i == 1)
+			j.stop_timeout = (double)secs;
+		break;
 	}
 	env = getenv("LOGLEVEL");
 	j.info_log = env && (!strcasecmp(env, "INFO") || !strcasecmp(env, "DEBUG"));
@@ -599,6 +616,9 @@ int supervise_run(const struct run_opts *o)
 	}
 	phase("rendezvous, log dirs");
 	spawn_prepare();
+	if ((rc = run_guard_start(&j.guard)) < 0)
+		fprintf(stderr, "dptp-run: warning: no worker guard (%s): a SIGKILLed launcher leaves its workers' children\n",
+			strerror(-rc));
 	if (gethostname(j.hostname, sizeof(j.hostname) - 1) < 0)
 		snprintf(j.hostname, sizeof(j.hostname), "localhost");
 	if ((rc = pmix_srv_init(&j.srv, &err)) == -EINVAL) {
@@ -656,6 +676,7 @@ int supervise_run(const struct run_opts *o)
 	}
 out:
 	free_workers(&j);
+	run_guard_stop(&j.guard);
 	phase("workers freed");
 	if (status == 0)
 		pmix_srv_finalize(&j.srv);

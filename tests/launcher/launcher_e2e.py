@@ -6,7 +6,9 @@ The expected data (copied from the torchrun 2.11 captures) lives next to
 this file: torchrun_2.11_*.txt."""
 import json
 import os
+import pty
 import re
+import select
 import signal
 import socket
 import struct
@@ -274,7 +276,8 @@ def case_no_orphans():
         for r in range(2):
             with open("%s/pid.%d" % (d, r)) as f:
                 pids += [int(x) for x in f.read().split()]
-        workers = pids[0::2]
+        workers, children = pids[0::2], pids[1::2]
+        t0 = time.time()
         p.kill()  # SIGKILL: no cleanup code runs in the launcher
         p.wait()
 
@@ -285,9 +288,12 @@ def case_no_orphans():
             except FileNotFoundError:
                 return False
         deadline = time.time() + 5
-        while time.time() < deadline and any(alive(x) for x in workers):
-            time.sleep(0.02)
+        while time.time() < deadline and any(alive(x) for x in pids):
+            time.sleep(0.002)
         check(not any(alive(x) for x in workers), "workers outlived a SIGKILLed launcher")
+        # the workers' own children too (the worker guard kills each group)
+        check(not any(alive(x) for x in children), "a worker's child outlived a SIGKILLed launcher")
+        print("all %d processes gone %.1f ms after SIGKILL" % (len(pids), (time.time() - t0) * 1e3))
         # a normal exit takes the worker's own children down too
     with tempfile.TemporaryDirectory() as d:
         script = '(sleep 60 & echo $! > %s/child.$LOCAL_RANK); exit 0' % d
@@ -302,6 +308,61 @@ def case_no_orphans():
             check(st == "Z", "a worker's child survived the job")
         except (ProcessLookupError, FileNotFoundError):
             pass
+
+
+def case_session():
+    # workers run in sessions of their own (torchrun's start_new_session)
+    script = 'echo $$$$ $(ps -o sid= -p $$$$)'
+    rc, out, err = run(["--nproc-per-node=2", "--no-python", "sh", "-c", script])
+    check(rc == 0, err)
+    for line in out.splitlines():
+        pid, sid = line.split()
+        check(pid == sid, "worker %s is not a session leader (sid %s)" % (pid, sid))
+    # a worker reading the terminal is not stopped by SIGTTIN: dptp-run in
+    # the foreground of a pseudo-terminal, the worker reads a line from it
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(RUN, [RUN, "--no-python", "sh", "-c", "read x; echo got:$x"], base_env())
+    os.write(fd, b"hello\n")  # waits in the terminal until the worker reads
+    buf, deadline = b"", time.time() + 20
+    while time.time() < deadline and b"got:hello" not in buf:
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                buf += os.read(fd, 4096)
+            except OSError:
+                break
+    done = b"got:hello" in buf
+    if not done:
+        os.kill(pid, signal.SIGKILL)
+    _, st = os.waitpid(pid, 0)
+    os.close(fd)
+    check(done, "a worker reading the terminal hung: %r" % buf)
+    check(os.waitstatus_to_exitcode(st) == 0, "rc %r: %r" % (st, buf))
+
+
+def case_stop_timeout():
+    # a worker that ignores SIGTERM is killed after the grace period:
+    # TORCH_ELASTIC_SHUTDOWN_TIMEOUT (newer torchrun) sets it, an empty
+    # DPTP_RUN_STOP_TIMEOUT counts as unset
+    with tempfile.TemporaryDirectory() as d:
+        script = 'trap "" TERM; echo $$$$ > %s/pid; while :; do sleep 0.05; done' % d
+        env = base_env(DPTP_RUN_STOP_TIMEOUT="", TORCH_ELASTIC_SHUTDOWN_TIMEOUT="1")
+        p = subprocess.Popen([RUN, "--no-python", "sh", "-c", script], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 10
+        while time.time() < deadline and not os.path.exists(d + "/pid"):
+            time.sleep(0.02)
+        t0 = time.time()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=25)
+        took = time.time() - t0
+        check(p.returncode == 1, "rc %d %s" % (p.returncode, err))
+        # the default would be 30 s; 1 s plus scheduling must stay far below
+        check(took < 15, "the worker outlived TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1 by %.1f s" % took)
+    for var, val in (("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon"), ("DPTP_RUN_STOP_TIMEOUT", "-1")):
+        rc, out, err = run(["--no-python", "true"], env=base_env(**{"DPTP_RUN_STOP_TIMEOUT": "", var: val}))
+        check(rc == 2 and err.strip() == "dptp-run: error: invalid %s '%s'" % (var, val), "%s=%s: %d %r" % (var, val, rc, err))
 
 
 def case_logs():

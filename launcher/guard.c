@@ -1,0 +1,118 @@
+/* Worker guard (see guard.h). */
+#include "guard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* One record per write, smaller than PIPE_BUF, so writes never interleave. */
+struct rec {
+	int32_t op; /* 'w' watch, 'f' forget, 'q' normal end */
+	int32_t pgid;
+};
+
+enum { GUARD_MAX = 4096 };
+
+/* Runs in the forked child of a possibly multi-threaded launcher: only
+ * async-signal-safe calls (read, kill, close_range, sigaction, _exit). */
+__attribute__((noreturn))
+static void guard_main(int rfd)
+{
+	static pid_t pg[GUARD_MAX];
+	size_t n = 0;
+	struct sigaction ign = {.sa_handler = SIG_IGN};
+	sigset_t none;
+
+	/* a terminal's ^C or the job's closing signal is for the launcher and
+	 * its workers, not for the guard */
+	for (int s = 1; s < NSIG; s++)
+		if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD)
+			sigaction(s, &ign, NULL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* hold nothing of the launcher's open: no listening socket, no log */
+	if (dup2(rfd, 0) < 0)
+		_exit(1);
+	close_range(1, ~0U, 0);
+	prctl(PR_SET_NAME, "dptp-run-guard");
+	for (;;) {
+		struct rec r;
+		ssize_t got = read(0, &r, sizeof(r));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got != (ssize_t)sizeof(r))
+			break; /* EOF: the launcher is gone without saying so */
+		if (r.op == 'q')
+			_exit(0);
+		if (r.op == 'w' && n < GUARD_MAX && r.pgid > 1) {
+			pg[n++] = r.pgid;
+		} else if (r.op == 'f') {
+			for (size_t i = 0; i < n; i++)
+				if (pg[i] == r.pgid) {
+					pg[i] = pg[--n];
+					break;
+				}
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		kill(-pg[i], SIGKILL);
+	_exit(0);
+}
+
+int run_guard_start(struct run_guard *g)
+{
+	int p[2];
+	g->pid = 0;
+	g->fd = -1;
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(p[0]);
+		close(p[1]);
+		return -e;
+	}
+	if (pid == 0)
+		guard_main(p[0]);
+	close(p[0]);
+	g->pid = pid;
+	g->fd = p[1];
+	return 0;
+}
+
+static void send_rec(struct run_guard *g, int op, pid_t pgid)
+{
+	struct rec r = {.op = op, .pgid = (int32_t)pgid};
+	if (g->fd < 0)
+		return;
+	while (write(g->fd, &r, sizeof(r)) < 0 && errno == EINTR)
+		;
+}
+
+void run_guard_watch(struct run_guard *g, pid_t pgid)
+{
+	send_rec(g, 'w', pgid);
+}
+
+void run_guard_forget(struct run_guard *g, pid_t pgid)
+{
+	send_rec(g, 'f', pgid);
+}
+
+void run_guard_stop(struct run_guard *g)
+{
+	if (g->fd < 0)
+		return;
+	send_rec(g, 'q', 0);
+	close(g->fd);
+	g->fd = -1;
+	/* the guard exits at once on 'q'; ECHILD when the job's reaper took it */
+	while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	g->pid = 0;
+}

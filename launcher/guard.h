@@ -1,0 +1,27 @@
+/* The worker guard: a tiny process forked before the first worker that
+ * outlives a launcher killed with SIGKILL just long enough to take every
+ * worker's whole process group with it. Workers run in sessions of their
+ * own (as torchrun starts them), so PR_SET_PDEATHSIG reaches the worker
+ * itself but not what the worker started; the guard holds the read end of a
+ * pipe whose only writer is the launcher, and the kernel closes that end
+ * when the launcher dies, however it dies. */
+#ifndef DPTP_LAUNCHER_GUARD_H
+#define DPTP_LAUNCHER_GUARD_H
+
+#include <sys/types.h>
+
+struct run_guard {
+	pid_t pid; /* 0: no guard (it could not be started) */
+	int fd;    /* write end, close-on-exec; -1 without a guard */
+};
+
+/* Forks the guard; -errno when it cannot (the job then runs unguarded). */
+int run_guard_start(struct run_guard *g);
+/* The guard kills process group pgid if the launcher dies before
+ * run_guard_forget(pgid) or run_guard_stop. */
+void run_guard_watch(struct run_guard *g, pid_t pgid);
+void run_guard_forget(struct run_guard *g, pid_t pgid);
+/* A normal end: the guard exits without killing anything; reaped here. */
+void run_guard_stop(struct run_guard *g);
+
+#endif
