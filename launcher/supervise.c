@@ -21,7 +21,7 @@
 #include "logs.h"
 #include "pmix_srv.h"
 #include "rendezvous.h"
-#include "report.h"
+#include "failure.h"
 #include "spawn.h"
 #include "xnode.h"
 
@@ -670,7 +670,7 @@ int supervise_run(const struct run_opts *o)
 		rdzv_fqdn(host, sizeof(host));
 		if (j.nfail) { /* none when only another node failed: it reports */
 			fputs("ChildFailedError: \n", stderr);
-			report_write(stderr, j.cmd.entry_name, j.fail, j.nfail, host);
+			failure_report_write(stderr, j.cmd.entry_name, j.fail, j.nfail, host);
 		}
 		break;
 	}

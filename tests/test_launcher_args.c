@@ -1,5 +1,5 @@
 /* Unit tests of dptp-run's command line, template substitution and failure
- * report (launcher/args.c, env.c, report.c). */
+ * report (launcher/args.c, env.c, failure.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +12,7 @@
 
 #include "../launcher/args.h"
 #include "../launcher/env.h"
-#include "../launcher/report.h"
+#include "../launcher/failure.h"
 
 static FILE *sink;
 
@@ -181,34 +181,34 @@ static void test_error_json(void **state)
 {
 	char *msg;
 	long long ts;
-	assert_int_equal(report_parse_error_json(
+	assert_int_equal(failure_parse_error_json(
 		"{\"message\": {\"message\": \"ValueError: boom\", \"extraInfo\": "
 		"{\"py_callstack\": \"Traceback:\\n  x\\nValueError: boom\\n\", \"timestamp\": \"1701525202\"}}}",
 		&msg, &ts), 0);
 	assert_string_equal(msg, "Traceback:\n    x\n  ValueError: boom\n  ");
 	assert_int_equal(ts, 1701525202);
 	free(msg);
-	assert_int_equal(report_parse_error_json("{\"message\": \"plain \\u00e9\", \"timestamp\": 12}", &msg, &ts), 0);
+	assert_int_equal(failure_parse_error_json("{\"message\": \"plain \\u00e9\", \"timestamp\": 12}", &msg, &ts), 0);
 	assert_string_equal(msg, "plain \xc3\xa9");
 	assert_int_equal(ts, 12);
 	free(msg);
-	assert_int_equal(report_parse_error_json("{\"nope\": 1}", &msg, &ts), -1);
+	assert_int_equal(failure_parse_error_json("{\"nope\": 1}", &msg, &ts), -1);
 	/* nested without py_callstack: torchrun shows message.message */
-	assert_int_equal(report_parse_error_json(
+	assert_int_equal(failure_parse_error_json(
 		"{\"message\": {\"message\": \"RuntimeError: a\\nb\", \"extraInfo\": {\"timestamp\": 7}}}",
 		&msg, &ts), 0);
 	assert_string_equal(msg, "RuntimeError: a\n  b");
 	assert_int_equal(ts, 7);
 	free(msg);
 	/* nested without extraInfo, and without either: message, then <N/A> */
-	assert_int_equal(report_parse_error_json("{\"message\": {\"message\": \"only\"}}", &msg, &ts), 0);
+	assert_int_equal(failure_parse_error_json("{\"message\": {\"message\": \"only\"}}", &msg, &ts), 0);
 	assert_string_equal(msg, "only");
 	assert_int_equal(ts, 0);
 	free(msg);
-	assert_int_equal(report_parse_error_json("{\"message\": {}}", &msg, &ts), 0);
+	assert_int_equal(failure_parse_error_json("{\"message\": {}}", &msg, &ts), 0);
 	assert_string_equal(msg, "<N/A>");
 	free(msg);
-	assert_int_equal(report_parse_error_json("", &msg, &ts), -1);
+	assert_int_equal(failure_parse_error_json("", &msg, &ts), -1);
 	assert_null(msg);
 }
 
@@ -221,7 +221,7 @@ static void test_report(void **state)
 	failure_init(&f[0], 1, 1, 680, 3, NULL, NULL);
 	failure_init(&f[1], 0, 0, 679, -15, NULL, NULL);
 	f[0].timestamp = f[1].timestamp = 0;
-	report_write(m, "sh", f, 2, "localhost");
+	failure_report_write(m, "sh", f, 2, "localhost");
 	fclose(m);
 	assert_non_null(strstr(buf, "============================================================\nsh FAILED\n"
 		"------------------------------------------------------------\nFailures:\n[1]:\n"));

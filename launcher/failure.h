@@ -1,6 +1,6 @@
 /* torchrun's failure report (elastic/multiprocessing/errors/__init__.py). */
-#ifndef DPTP_LAUNCHER_REPORT_H
-#define DPTP_LAUNCHER_REPORT_H
+#ifndef DPTP_LAUNCHER_FAILURE_H
+#define DPTP_LAUNCHER_FAILURE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,11 +26,11 @@ void failure_release(struct failure *f);
 
 /* Writes the report: name FAILED, other failures, root cause (minimum
  * timestamp, first on ties). */
-void report_write(FILE *out, const char *name, const struct failure *f, size_t n, const char *host);
+void failure_report_write(FILE *out, const char *name, const struct failure *f, size_t n, const char *host);
 
 /* Parses a TORCHELASTIC_ERROR_FILE's JSON text. Returns 0 and malloc'd
  * *message (py_callstack indented by two spaces, or the message), and
  * *timestamp; -1 when the text is not an error file. */
-int report_parse_error_json(const char *text, char **message, long long *timestamp);
+int failure_parse_error_json(const char *text, char **message, long long *timestamp);
 
 #endif

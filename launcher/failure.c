@@ -1,5 +1,5 @@
-/* Failure report (see report.h). */
-#include "report.h"
+/* Failure report (see failure.h). */
+#include "failure.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -222,7 +222,7 @@ static char *indent(const char *s)
 	return o;
 }
 
-int report_parse_error_json(const char *text, char **message, long long *timestamp)
+int failure_parse_error_json(const char *text, char **message, long long *timestamp)
 {
 	struct jv msg, tmp;
 	*message = NULL;
@@ -313,7 +313,7 @@ void failure_init(struct failure *f, unsigned local_rank, unsigned global_rank, 
 	if (error_file && *error_file && (text = read_file(error_file))) {
 		long long ts;
 		char *msg;
-		if (report_parse_error_json(text, &msg, &ts) == 0) {
+		if (failure_parse_error_json(text, &msg, &ts) == 0) {
 			f->error_file = strdup(error_file);
 			f->message = msg;
 			f->timestamp = ts;
@@ -373,7 +373,7 @@ static char *format_failure(size_t idx, const struct failure *f, const char *hos
 	return out;
 }
 
-void report_write(FILE *out, const char *name, const struct failure *f, size_t n, const char *host)
+void failure_report_write(FILE *out, const char *name, const struct failure *f, size_t n, const char *host)
 {
 	size_t root = 0, width;
 	char **fmt = calloc(n ? n : 1, sizeof(char *));
