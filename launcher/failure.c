@@ -3,10 +3,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- a minimal JSON reader: enough for error.json ---- */
 
@@ -373,18 +375,67 @@ static char *format_failure(size_t idx, const struct failure *f, const char *hos
 	return out;
 }
 
+size_t failure_root(const struct failure *f, size_t n)
+{
+	size_t root = 0;
+	for (size_t i = 1; i < n; i++)
+		if (f[i].timestamp < f[root].timestamp)
+			root = i;
+	return root;
+}
+
+char *failure_error_json_with_code(const char *text, int code)
+{
+	struct jv msg;
+	char *out = NULL;
+	if (obj_get(text, "message", &msg) < 0)
+		return NULL;
+	if (msg.t != J_OBJ || !code) {
+		/* torchrun copies a plain message as it is */
+		free(msg.s);
+		return strdup(text);
+	}
+	/* json.load keeps the last of two equal keys, so an errorCode the
+	 * child wrote itself is overridden as torchrun's dict assignment does */
+	const char *end = skip_value(msg.at), *close = end - 1;
+	const char *p = ws(msg.at + 1);
+	if (asprintf(&out, "%.*s%s\"errorCode\": %d%s", (int)(close - text), text, *p == '}' ? "" : ", ", code,
+		     close) < 0)
+		return NULL;
+	return out;
+}
+
+int failure_dump_root_cause(const struct failure *root, const char *parent_file)
+{
+	char *text, *out;
+	int rc = -1;
+	if (!root->error_file || !parent_file || !*parent_file || !(text = read_file(root->error_file)))
+		return -1;
+	if ((out = failure_error_json_with_code(text, root->exitcode))) {
+		int fd;
+		unlink(parent_file);
+		if ((fd = open(parent_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) >= 0) {
+			size_t len = strlen(out), off = 0;
+			ssize_t w = 0;
+			while (off < len && ((w = write(fd, out + off, len - off)) > 0 || errno == EINTR))
+				off += w > 0 ? (size_t)w : 0;
+			rc = close(fd) == 0 && off == len ? 0 : -1;
+		}
+		free(out);
+	}
+	free(text);
+	return rc;
+}
+
 void failure_report_write(FILE *out, const char *name, const struct failure *f, size_t n, const char *host)
 {
-	size_t root = 0, width;
+	size_t root = failure_root(f, n), width;
 	char **fmt = calloc(n ? n : 1, sizeof(char *));
 	char title[4200];
 	if (!fmt)
 		return;
 	snprintf(title, sizeof(title), "%s FAILED", name);
 	width = strlen(title);
-	for (size_t i = 1; i < n; i++)
-		if (f[i].timestamp < f[root].timestamp)
-			root = i;
 	for (size_t i = 0; i < n; i++)
 		fmt[i] = format_failure(i, &f[i], host, &width);
 	if (width > 60)

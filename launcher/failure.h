@@ -28,6 +28,18 @@ void failure_release(struct failure *f);
  * timestamp, first on ties). */
 void failure_report_write(FILE *out, const char *name, const struct failure *f, size_t n, const char *host);
 
+/* The root cause: minimum timestamp, first on ties. */
+size_t failure_root(const struct failure *f, size_t n);
+
+/* torchrun's @record on its own main: the root cause's error file copied to
+ * the launcher's TORCHELASTIC_ERROR_FILE (parent_file), a nested message
+ * gaining "errorCode": its exit code (as torchrun's dump_error_file; a
+ * signal's exit code is negative). 0, or -1 when there is nothing to copy
+ * or the file cannot be written. */
+int failure_dump_root_cause(const struct failure *root, const char *parent_file);
+/* The copied text (malloc'd), NULL when text is not an error file. */
+char *failure_error_json_with_code(const char *text, int code);
+
 /* Parses a TORCHELASTIC_ERROR_FILE's JSON text. Returns 0 and malloc'd
  * *message (py_callstack indented by two spaces, or the message), and
  * *timestamp; -1 when the text is not an error file. */

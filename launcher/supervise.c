@@ -671,6 +671,12 @@ int supervise_run(const struct run_opts *o)
 		if (j.nfail) { /* none when only another node failed: it reports */
 			fputs("ChildFailedError: \n", stderr);
 			failure_report_write(stderr, j.cmd.entry_name, j.fail, j.nfail, host);
+			/* as torchrun's @record on its own main: schedulers that
+			 * started the launcher read the root cause there */
+			const char *parent = getenv("TORCHELASTIC_ERROR_FILE");
+			if (parent && *parent && failure_dump_root_cause(&j.fail[failure_root(j.fail, j.nfail)], parent) == 0 &&
+			    j.info_log)
+				logmsg('I', "dumped error file to parent's %s", parent);
 		}
 		break;
 	}

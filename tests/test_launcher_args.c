@@ -212,6 +212,20 @@ static void test_error_json(void **state)
 	assert_null(msg);
 }
 
+static void test_error_json_code(void **state)
+{
+	char *s = failure_error_json_with_code("{\"message\": {\"message\": \"x\", \"extraInfo\": {\"timestamp\": 1}}}", 1);
+	assert_string_equal(s, "{\"message\": {\"message\": \"x\", \"extraInfo\": {\"timestamp\": 1}, \"errorCode\": 1}}");
+	free(s);
+	s = failure_error_json_with_code("{\"message\": {}}", -11);
+	assert_string_equal(s, "{\"message\": {\"errorCode\": -11}}");
+	free(s);
+	s = failure_error_json_with_code("{\"message\": \"plain\", \"timestamp\": 3}", 1);
+	assert_string_equal(s, "{\"message\": \"plain\", \"timestamp\": 3}");
+	free(s);
+	assert_null(failure_error_json_with_code("[1]", 1));
+}
+
 static void test_report(void **state)
 {
 	struct failure f[2];
@@ -241,6 +255,7 @@ int main(void)
 		cmocka_unit_test(test_spellings),
 		cmocka_unit_test(test_short_and_remainder),
 		cmocka_unit_test(test_dashdash),
+		cmocka_unit_test(test_error_json_code),
 		cmocka_unit_test(test_pet),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_std),

@@ -215,8 +215,14 @@ def case_error_file():
                     "json.dump({'message': {'message': 'ValueError: boom', 'extraInfo': {'py_callstack': tb,"
                     " 'timestamp': str(int(time.time()))}}}, open(os.environ['TORCHELASTIC_ERROR_FILE'], 'w'))\n"
                     "raise SystemExit(1)\n")
-        rc, out, err = run(["--nproc-per-node=1", script])
+        parent = os.path.join(d, "parent.json")
+        rc, out, err = run(["--nproc-per-node=1", script], env=base_env(TORCHELASTIC_ERROR_FILE=parent))
         check(rc == 1, "rc %d %s" % (rc, err))
+        # the launcher's own error file: the root cause's, with errorCode
+        with open(parent) as f:
+            dumped = json.load(f)
+        check(dumped["message"]["errorCode"] == 1 and dumped["message"]["message"] == "ValueError: boom"
+              and "ValueError: boom" in dumped["message"]["extraInfo"]["py_callstack"], dumped)
         got = mask_report(report_of(err)).replace(script, "/tmp/f.py")
         want = mask_report(read("torchrun_2.11_pyfail_report.txt").rstrip("\n"))
         # torchrun's own wrapper frame is not in a plain script's traceback
