@@ -40,16 +40,34 @@ static char *resolve(const char *prog)
 	return strdup(prog); /* execve reports ENOENT with the name */
 }
 
+/* torchrun runs PYTHON_EXEC, else its own interpreter (sys.executable): the
+ * one of an activated virtual environment, else python3 from PATH. buf
+ * holds the venv's path. */
+static const char *python_for_workers(char *buf, size_t len)
+{
+	const char *py = getenv("PYTHON_EXEC"), *venv = getenv("VIRTUAL_ENV");
+	if (py && *py)
+		return py;
+	if (venv && *venv) {
+		static const char *const names[] = {"python3", "python"};
+		for (size_t i = 0; i < DPTP_ARRAY_LEN(names); i++) {
+			int n = snprintf(buf, len, "%s/bin/%s", venv, names[i]);
+			if (n > 0 && (size_t)n < len && access(buf, X_OK) == 0)
+				return buf;
+		}
+	}
+	return "python3";
+}
+
 int env_build_command(const struct run_opts *o, struct worker_cmd *cmd, struct dptp_err *err)
 {
-	const char *py = getenv("PYTHON_EXEC");
+	char venv_py[4096];
+	const char *py = python_for_workers(venv_py, sizeof(venv_py));
 	size_t n = 0, cap = (size_t)o->nscript_args + 5;
 	memset(cmd, 0, sizeof(*cmd));
 	cmd->argv = calloc(cap, sizeof(char *));
 	if (!cmd->argv)
 		goto nomem;
-	if (!py || !*py)
-		py = "python3";
 	if (o->no_python && !o->run_path) {
 		cmd->path = resolve(o->script);
 		cmd->entry_name = strdup(o->script);

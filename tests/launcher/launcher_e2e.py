@@ -485,6 +485,19 @@ def case_python_worker():
         check(sorted(out.splitlines()) == ["0 0 2 127.0.0.1 %d 1 --x=0" % p2, "1 1 2 127.0.0.1 %d 1 --x=1" % p2], out)
         rc, out, err = run(["--nproc-per-node=2", "-m", "mod", "a"], env=base_env(PYTHONPATH=d))
         check(rc == 0 and sorted(out.splitlines()) == ["mod 0 __main__ a", "mod 1 __main__ a"], out + err)
+        # argparse's "--" after the module is not the module's
+        rc, out, err = run(["-m", "mod", "--", "--depth=20", "--", "b"], env=base_env(PYTHONPATH=d))
+        check(rc == 0 and out.splitlines() == ["mod 0 __main__ --depth=20 -- b"], out + err)
+        # the interpreter: PYTHON_EXEC, else the active virtual environment's
+        venv = os.path.join(d, "venv")
+        os.makedirs(venv + "/bin")
+        with open(venv + "/bin/python3", "w") as f:
+            f.write("#!/bin/sh\necho venv-python \"$@\"\n")
+        os.chmod(venv + "/bin/python3", 0o755)
+        rc, out, err = run([script, "a"], env=base_env(VIRTUAL_ENV=venv))
+        check(rc == 0 and out == "venv-python -u %s a\n" % script, out + err)
+        rc, out, err = run([script, "a"], env=base_env(VIRTUAL_ENV=venv, PYTHON_EXEC=sys.executable))
+        check(rc == 0 and out.startswith("0 0 1 "), out + err)
         rc, out, err = run(["--standalone", "--nproc-per-node=2", script])
         lines = out.split("\n")[0].split()
         check(rc == 0 and lines[4] != "29500", out)
