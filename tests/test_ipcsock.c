@@ -56,7 +56,7 @@ static void test_fd_passing(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, "rank7", 5), 5);
 	struct dptp_ipc_msg m = { .magic = DPTP_IPC_MAGIC, .global_rank = 7, .group_rank = 1, .buffer = 2, .opid = op };
-	assert_int_equal(dptp_ipcsock_send(&tx, 0, fd, &m, &err), 0);
+	assert_int_equal(dptp_ipcsock_send(&tx, 0, fd, &m, dptp_now() + 5, &err), 0);
 	close(fd);
 	struct dptp_ipc_msg got;
 	pid_t pid;
@@ -75,9 +75,34 @@ static void test_fd_passing(void **state)
 	/* nothing more queued */
 	assert_int_equal(dptp_ipcsock_recv(&rx, &rfd, &got, &pid, &uid, 0, &err), -EAGAIN);
 	/* a name nobody holds */
-	assert_true(dptp_ipcsock_send(&tx, 5, 0, &m, &err) < 0);
+	assert_true(dptp_ipcsock_send(&tx, 5, 0, &m, dptp_now() + 5, &err) < 0);
 	assert_non_null(strstr(err.msg, "sendmsg to '@/tmp/mcastmem-socket-5-"));
 	assert_non_null(strstr(err.msg, strerror(ECONNREFUSED)));
+	dptp_ipcsock_close(&rx);
+	dptp_ipcsock_close(&tx);
+}
+
+/* A receiver that never reads (a foreign datagram left in its queue, a
+ * stopped peer) must not block its sender for good: the send waits for
+ * room until its deadline, then fails naming the socket. */
+static void test_full_queue_is_bounded(void **state)
+{
+	uint64_t op = unique_opid();
+	struct dptp_ipcsock rx, tx;
+	struct dptp_err err = {0};
+	assert_int_equal(dptp_ipcsock_bind(&rx, 0, op, &err), 0);
+	assert_int_equal(dptp_ipcsock_bind(&tx, 1, op, &err), 0);
+	int fd = memfd_create("t", 0);
+	assert_true(fd >= 0);
+	struct dptp_ipc_msg m = { .magic = DPTP_IPC_MAGIC, .global_rank = 1, .group_rank = 1, .opid = op };
+	int rc = 0, sent = 0;
+	while (sent < 1000 && (rc = dptp_ipcsock_send(&tx, 0, fd, &m, dptp_now() + 0.05, &err)) == 0)
+		sent++;
+	assert_int_equal(rc, -ETIMEDOUT);
+	assert_true(sent >= 1);
+	assert_non_null(strstr(err.msg, "its queue stayed full until the deadline"));
+	assert_non_null(strstr(err.msg, rx.name));
+	close(fd);
 	dptp_ipcsock_close(&rx);
 	dptp_ipcsock_close(&tx);
 }
@@ -97,7 +122,7 @@ static void test_sender_pid_is_the_kernels(void **state)
 			_exit(1);
 		int fd = memfd_create("x", 0);
 		struct dptp_ipc_msg m = { .magic = DPTP_IPC_MAGIC, .global_rank = 1, .opid = op };
-		_exit(dptp_ipcsock_send(&tx, 0, fd, &m, NULL) < 0 ? 2 : 0);
+		_exit(dptp_ipcsock_send(&tx, 0, fd, &m, dptp_now() + 5, NULL) < 0 ? 2 : 0);
 	}
 	int st;
 	assert_int_equal(waitpid(child, &st, 0), child);
@@ -123,7 +148,7 @@ static void test_malformed_datagram(void **state)
 	assert_int_equal(dptp_ipcsock_bind(&tx, 1, op, &err), 0);
 	int fd = memfd_create("t", 0);
 	struct dptp_ipc_msg m = { .magic = 0x12345678, .global_rank = 1 };
-	assert_int_equal(dptp_ipcsock_send(&tx, 0, fd, &m, &err), 0);
+	assert_int_equal(dptp_ipcsock_send(&tx, 0, fd, &m, dptp_now() + 5, &err), 0);
 	close(fd);
 	struct dptp_ipc_msg got;
 	pid_t pid;
@@ -142,6 +167,7 @@ int main(void)
 		cmocka_unit_test(test_name),
 		cmocka_unit_test(test_collision_is_a_finding),
 		cmocka_unit_test(test_fd_passing),
+		cmocka_unit_test(test_full_queue_is_bounded),
 		cmocka_unit_test(test_sender_pid_is_the_kernels),
 		cmocka_unit_test(test_malformed_datagram),
 	};

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 void dptp_ipcsock_name(char *buf, size_t n, int group_rank, uint64_t opid)
@@ -62,7 +63,7 @@ void dptp_ipcsock_close(struct dptp_ipcsock *s)
 }
 
 int dptp_ipcsock_send(struct dptp_ipcsock *s, int peer_group_rank, int fd,
-		      const struct dptp_ipc_msg *msg, struct dptp_err *err)
+		      const struct dptp_ipc_msg *msg, double deadline, struct dptp_err *err)
 {
 	char peer[108];
 	dptp_ipcsock_name(peer, sizeof(peer), peer_group_rank, s->opid);
@@ -91,9 +92,20 @@ int dptp_ipcsock_send(struct dptp_ipcsock *s, int peer_group_rank, int fd,
 	c->cmsg_len = CMSG_LEN(sizeof(cr));
 	memcpy(CMSG_DATA(c), &cr, sizeof(cr));
 	ssize_t n;
-	do
-		n = sendmsg(s->fd, &mh, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
+	for (;;) {
+		n = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n >= 0 || (errno != EINTR && errno != EAGAIN))
+			break;
+		if (errno == EAGAIN) {
+			/* the receiver's queue is full: wait for it to read */
+			if (dptp_now() >= deadline)
+				return dptp_err_set(err, -ETIMEDOUT,
+					"sendmsg to '@%s': its queue stayed full until the deadline "
+					"(its owner is not reading: a foreign datagram there, or a stopped peer)", peer);
+			struct timespec ts = { 0, 1000000 };
+			nanosleep(&ts, NULL);
+		}
+	}
 	if (n < 0)
 		return dptp_err_set(err, -errno, "sendmsg to '@%s': %s", peer, strerror(errno));
 	return 0;

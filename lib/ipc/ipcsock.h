@@ -39,9 +39,13 @@ void dptp_ipcsock_name(char *buf, size_t n, int group_rank, uint64_t opid);
 int dptp_ipcsock_bind(struct dptp_ipcsock *s, int group_rank, uint64_t opid, struct dptp_err *err);
 void dptp_ipcsock_close(struct dptp_ipcsock *s);
 
-/* Sends fd with msg to the socket named (peer_group_rank, s->opid). */
+/* Sends fd with msg to the socket named (peer_group_rank, s->opid). A
+ * receiver whose queue is full (the kernel may allow a single datagram) is
+ * waited for until `deadline` (dptp_now() time), then -ETIMEDOUT naming it:
+ * a foreign datagram left there, or a peer that stopped reading, never
+ * blocks the sender for good. */
 int dptp_ipcsock_send(struct dptp_ipcsock *s, int peer_group_rank, int fd,
-		      const struct dptp_ipc_msg *msg, struct dptp_err *err);
+		      const struct dptp_ipc_msg *msg, double deadline, struct dptp_err *err);
 /* Receives one datagram: *fd (caller closes; -1 if none came with it), the
  * payload and the kernel-checked sender pid/uid. Waits at most timeout
  * seconds (0: only what is already queued). -EAGAIN when nothing came. */

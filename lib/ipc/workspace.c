@@ -133,7 +133,7 @@ int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, in
 				.group_rank = rank, .buffer = s, .opid = socks[s].opid,
 			};
 			int r = socks[s].fd < 0 ? dptp_err_set(&e, -EBADF, "socket '@%s' is not bound", socks[s].name)
-						: dptp_ipcsock_send(&socks[s], to, my_fds[s], &m, &e);
+						: dptp_ipcsock_send(&socks[s], to, my_fds[s], &m, job->x->deadline, &e);
 			if (r < 0) {
 				ok = 0;
 				dptp_err_prefix(&e, "sending to group rank %d", to);
