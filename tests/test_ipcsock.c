@@ -45,15 +45,24 @@ static void test_collision_is_a_finding(void **state)
 	dptp_ipcsock_close(&a);
 }
 
-static void test_fd_passing(void **state)
+/* rx bound as group rank 0, tx as group rank 1 of a fresh opId; *fd a memfd. */
+static uint64_t socket_pair(struct dptp_ipcsock *rx, struct dptp_ipcsock *tx, int *fd)
 {
 	uint64_t op = unique_opid();
+	struct dptp_err err = {0};
+	assert_int_equal(dptp_ipcsock_bind(rx, 0, op, &err), 0);
+	assert_int_equal(dptp_ipcsock_bind(tx, 1, op, &err), 0);
+	*fd = memfd_create("t", 0);
+	assert_true(*fd >= 0);
+	return op;
+}
+
+static void test_fd_passing(void **state)
+{
 	struct dptp_ipcsock rx, tx;
 	struct dptp_err err = {0};
-	assert_int_equal(dptp_ipcsock_bind(&rx, 0, op, &err), 0);
-	assert_int_equal(dptp_ipcsock_bind(&tx, 1, op, &err), 0);
-	int fd = memfd_create("t", 0);
-	assert_true(fd >= 0);
+	int fd;
+	uint64_t op = socket_pair(&rx, &tx, &fd);
 	assert_int_equal(write(fd, "rank7", 5), 5);
 	struct dptp_ipc_msg m = { .magic = DPTP_IPC_MAGIC, .global_rank = 7, .group_rank = 1, .buffer = 2, .opid = op };
 	assert_int_equal(dptp_ipcsock_send(&tx, 0, fd, &m, dptp_now() + 5, &err), 0);
@@ -87,13 +96,10 @@ static void test_fd_passing(void **state)
  * room until its deadline, then fails naming the socket. */
 static void test_full_queue_is_bounded(void **state)
 {
-	uint64_t op = unique_opid();
 	struct dptp_ipcsock rx, tx;
 	struct dptp_err err = {0};
-	assert_int_equal(dptp_ipcsock_bind(&rx, 0, op, &err), 0);
-	assert_int_equal(dptp_ipcsock_bind(&tx, 1, op, &err), 0);
-	int fd = memfd_create("t", 0);
-	assert_true(fd >= 0);
+	int fd;
+	uint64_t op = socket_pair(&rx, &tx, &fd);
 	struct dptp_ipc_msg m = { .magic = DPTP_IPC_MAGIC, .global_rank = 1, .group_rank = 1, .opid = op };
 	int rc = 0, sent = 0;
 	while (sent < 1000 && (rc = dptp_ipcsock_send(&tx, 0, fd, &m, dptp_now() + 0.05, &err)) == 0)
