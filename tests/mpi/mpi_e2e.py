@@ -90,6 +90,9 @@ def build(tmp):
 
 
 def case_programs(exe):
+    # the Open MPI selection variables: added, but a user's own setting wins
+    rc, out, err = dptp_run(["sh", "-c", 'echo "$OMPI_MCA_schizo $OMPI_MCA_ess"'], OMPI_MCA_ess="pmi")
+    check(rc == 0 and lines(out) == ["^orte pmi"] * NP, "OMPI_MCA_* in the workers: %r %s" % (out, err[-500:]))
     for mode in ("hello", "ring", "allreduce", "split"):
         rc, out, err = dptp_run([exe, mode])
         check(rc == 0, "%s under dptp-run: exit %d\n%s" % (mode, rc, err[-3000:]))
