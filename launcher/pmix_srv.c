@@ -1174,6 +1174,8 @@ void pmix_srv_abandon(struct pmix_srv *s)
 	 * connection yet; deregistering the clients there runs their epilogs
 	 * (a bounded wait: a stuck library costs 3 s, not a hang) */
 	release_clients(s);
+	free(s->procs);
+	s->procs = NULL;
 	if (s->tmpdir[0]) {
 		rm_tree(s->tmpdir);
 		s->tmpdir[0] = '\0';
