@@ -47,7 +47,9 @@ def base_env():
            # one node: the agent store takes any free port
            "PET_MASTER_PORT": "0",
            # the machine has fewer cores than ranks; no network beyond loopback
-           "OMPI_MCA_btl": "self,vader", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+           "OMPI_MCA_btl": "self,vader", "OMPI_MCA_rmaps_base_oversubscribe": "1",
+           # containers often forbid the cross-process reads (CMA) vader tries
+           "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
     for k in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
         if k in os.environ:
             env[k] = os.environ[k]
