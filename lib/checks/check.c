@@ -59,6 +59,7 @@ void dptp_check_run(const struct dptp_check *k, struct dptp_ctx *c, double timeo
 	}
 	c->x.deadline = dptp_now() + timeout;
 	double t0 = dptp_now();
+	unsigned long foreign0 = __atomic_load_n(&c->foreign.count, __ATOMIC_RELAXED);
 	res->status = DPTP_PASS;
 	void *state = k->state_size ? calloc(1, k->state_size) : NULL;
 	struct dptp_err err = {0};
@@ -81,6 +82,10 @@ void dptp_check_run(const struct dptp_check *k, struct dptp_ctx *c, double timeo
 	res->seconds = dptp_now() - t0;
 	if (!res->detail)
 		res->detail = strdup("");
+	unsigned long foreign = __atomic_load_n(&c->foreign.count, __ATOMIC_RELAXED) - foreign0;
+	if (foreign)
+		dptp_result_append(res, "%s%lu datagrams from outside the job dropped (last from pid %ld, uid %ld)",
+				   res->detail[0] ? "; " : "", foreign, (long)c->foreign.pid, (long)c->foreign.uid);
 }
 
 void dptp_result_set(struct dptp_check_result *r, enum dptp_status s, const char *fmt, ...)
@@ -100,7 +105,9 @@ void dptp_result_fail(struct dptp_check_result *r, enum dptp_status as, int rc,
 {
 	if (r->status >= DPTP_FAIL)
 		return;
-	enum dptp_status s = rc == -ETIMEDOUT ? DPTP_TIMEOUT : as;
+	/* a deadline is a timeout; a name squatted from outside the job is an
+	 * error of the environment, never a finding of the check */
+	enum dptp_status s = rc == -ETIMEDOUT ? DPTP_TIMEOUT : rc == -ENOTUNIQ ? DPTP_ERROR : as;
 	dptp_result_set(r, s, "%s: %s", what, err && err->msg[0] ? err->msg : strerror(-rc));
 }
 

@@ -126,6 +126,7 @@ int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dpt
 		.x = &c->x, .rank = c->rank, .world = world, .peers = c->peers, .tp_rank = c->me.tp,
 		.opid_seeded = dptp_fault_on(p->faults, DPTP_FAULT_OPID_SEEDED), .seed = p->seed,
 		.device_from_tp_rank = dptp_fault_on(p->faults, DPTP_FAULT_DEVICE_TP_RANK),
+		.foreign = &c->foreign,
 	};
 	for (int r = 0; r < world; r++) {
 		c->peers[r].hostname[sizeof(me.hostname) - 1] = 0;

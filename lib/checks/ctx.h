@@ -37,6 +37,7 @@ struct dptp_ctx {
 	int nhosts;
 	struct dptp_group tp, pp, dp, ep, world;
 	struct dptp_ipc_job ipc;  /* what the IPC workspaces borrow of this */
+	struct dptp_ipc_foreign foreign;  /* datagrams from outside the job, dropped */
 	const struct dptp_ws_ops *ws;  /* the fused-allreduce workspace, host or GPU */
 };
 

@@ -85,7 +85,7 @@ static void opid_run(struct dptp_ctx *c, void *state, int round, struct dptp_che
 	for (int i = 0; i < tp->size; i++)
 		s->spans |= c->host_of[tp->ranks[i]] != c->host_of[c->rank];
 	if (!s->spans) {
-		s->rc[3] = dptp_ipcsock_bind(&s->sock, tp->index, s->opid, &s->err[3]);
+		s->rc[3] = dptp_ipc_bind(&c->ipc, &s->sock, tp->index, s->opid, &s->err[3]);
 		if (s->rc[3] < 0) {
 			char gs[256];
 			dptp_group_format(tp, gs, sizeof(gs));

@@ -1,10 +1,13 @@
 #include "ipc/ipcsock.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +31,11 @@ static socklen_t make_addr(struct sockaddr_un *a, const char *name)
 int dptp_ipcsock_bind(struct dptp_ipcsock *s, int group_rank, uint64_t opid, struct dptp_err *err)
 {
 	s->fd = -1;
+	s->admit = NULL;
+	s->admit_ctx = NULL;
+	s->foreign = NULL;
+	s->nstash = 0;
+	pthread_mutex_init(&s->lock, NULL);
 	s->group_rank = group_rank;
 	s->opid = opid;
 	dptp_ipcsock_name(s->name, sizeof(s->name), group_rank, opid);
@@ -56,10 +64,73 @@ int dptp_ipcsock_bind(struct dptp_ipcsock *s, int group_rank, uint64_t opid, str
 
 void dptp_ipcsock_close(struct dptp_ipcsock *s)
 {
-	if (s && s->fd >= 0) {
+	if (!s)
+		return;
+	if (s->fd >= 0) {
 		close(s->fd);
 		s->fd = -1;
 	}
+	for (int i = 0; i < s->nstash; i++)
+		if (s->stash[i].fd >= 0)
+			close(s->stash[i].fd);
+	s->nstash = 0;
+}
+
+int dptp_ipcsock_holder(const char *name, pid_t *pid, uid_t *uid)
+{
+	/* the socket's inode from /proc/net/unix, then who has it open */
+	FILE *f = fopen("/proc/net/unix", "re");
+	if (!f)
+		return -ENOENT;
+	char line[512], want[112];
+	snprintf(want, sizeof(want), "@%s", name);
+	unsigned long ino = 0;
+	while (!ino && fgets(line, sizeof(line), f)) {
+		char path[256] = "";
+		unsigned long i;
+		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %255s", &i, path) == 2 && strcmp(path, want) == 0)
+			ino = i;
+	}
+	fclose(f);
+	if (!ino)
+		return -ENOENT;
+	char target[64];
+	snprintf(target, sizeof(target), "socket:[%lu]", ino);
+	DIR *proc = opendir("/proc");
+	if (!proc)
+		return -ENOENT;
+	int rc = -ENOENT;
+	struct dirent *d;
+	while (rc < 0 && (d = readdir(proc))) {
+		char *end;
+		long p = strtol(d->d_name, &end, 10);
+		if (*end || p <= 0)
+			continue;
+		char dir[64];
+		snprintf(dir, sizeof(dir), "/proc/%ld/fd", p);
+		DIR *fds = opendir(dir);
+		if (!fds)
+			continue;
+		struct dirent *e;
+		while (rc < 0 && (e = readdir(fds))) {
+			char lp[128], t[64];
+			snprintf(lp, sizeof(lp), "%s/%s", dir, e->d_name);
+			ssize_t n = readlink(lp, t, sizeof(t) - 1);
+			if (n <= 0)
+				continue;
+			t[n] = 0;
+			if (strcmp(t, target) == 0) {
+				struct stat st;
+				snprintf(lp, sizeof(lp), "/proc/%ld", p);
+				*pid = (pid_t)p;
+				*uid = stat(lp, &st) == 0 ? st.st_uid : (uid_t)-1;
+				rc = 0;
+			}
+		}
+		closedir(fds);
+	}
+	closedir(proc);
+	return rc;
 }
 
 int dptp_ipcsock_send(struct dptp_ipcsock *s, int peer_group_rank, int fd,
@@ -91,41 +162,32 @@ int dptp_ipcsock_send(struct dptp_ipcsock *s, int peer_group_rank, int fd,
 	c->cmsg_type = SCM_CREDENTIALS;
 	c->cmsg_len = CMSG_LEN(sizeof(cr));
 	memcpy(CMSG_DATA(c), &cr, sizeof(cr));
-	ssize_t n;
-	for (;;) {
-		n = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n >= 0 || (errno != EINTR && errno != EAGAIN))
-			break;
-		if (errno == EAGAIN) {
-			/* the receiver's queue is full: wait for it to read */
-			if (dptp_now() >= deadline)
-				return dptp_err_set(err, -ETIMEDOUT,
-					"sendmsg to '@%s': its queue stayed full until the deadline "
-					"(its owner is not reading: a foreign datagram there, or a stopped peer)", peer);
-			struct timespec ts = { 0, 1000000 };
-			nanosleep(&ts, NULL);
-		}
+	for (unsigned tries = 0;; tries++) {
+		if (sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN)
+			return dptp_err_set(err, -errno, "sendmsg to '@%s': %s", peer, strerror(errno));
+		if (dptp_now() > deadline)
+			return dptp_err_set(err, -ETIMEDOUT,
+				"sendmsg to '@%s': its queue stayed full until the deadline (%u tries)", peer, tries + 1);
+		/* the peer drains its queue as we drain ours */
+		dptp_ipcsock_pump(s);
+		struct timespec ts = { 0, tries < 100 ? 100000 : 1000000 };
+		nanosleep(&ts, NULL);
 	}
-	if (n < 0)
-		return dptp_err_set(err, -errno, "sendmsg to '@%s': %s", peer, strerror(errno));
-	return 0;
 }
 
-int dptp_ipcsock_recv(struct dptp_ipcsock *s, int *fd, struct dptp_ipc_msg *msg, pid_t *pid,
-		      uid_t *uid, double timeout, struct dptp_err *err)
+/* One datagram off the kernel queue, without waiting: 0, -EAGAIN or -errno. */
+static int take(struct dptp_ipcsock *s, struct dptp_ipc_dgram *d)
 {
-	*fd = -1;
-	struct pollfd p = { .fd = s->fd, .events = POLLIN };
-	int ms = timeout <= 0 ? 0 : (int)(timeout * 1000 + 0.5);
-	int pr;
-	do
-		pr = poll(&p, 1, ms);
-	while (pr < 0 && errno == EINTR);
-	if (pr == 0)
-		return dptp_err_set(err, -EAGAIN, "nothing arrived on '@%s'", s->name);
-	if (pr < 0)
-		return dptp_err_set(err, -errno, "poll '@%s': %s", s->name, strerror(errno));
-	struct iovec iov = { .iov_base = msg, .iov_len = sizeof(*msg) };
+	d->fd = -1;
+	d->pid = 0;
+	d->uid = (uid_t)-1;
+	d->malformed = false;
+	memset(&d->msg, 0, sizeof(d->msg));
+	struct iovec iov = { .iov_base = &d->msg, .iov_len = sizeof(d->msg) };
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * 4) + CMSG_SPACE(sizeof(struct ucred))];
 		struct cmsghdr align;
@@ -134,37 +196,103 @@ int dptp_ipcsock_recv(struct dptp_ipcsock *s, int *fd, struct dptp_ipc_msg *msg,
 		.msg_iov = &iov, .msg_iovlen = 1,
 		.msg_control = u.buf, .msg_controllen = sizeof(u.buf),
 	};
-	memset(msg, 0, sizeof(*msg));
-	ssize_t n = recvmsg(s->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	ssize_t n;
+	do
+		n = recvmsg(s->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
 	if (n < 0)
-		return dptp_err_set(err, -errno, "recvmsg on '@%s': %s", s->name, strerror(errno));
-	*pid = 0;
-	*uid = (uid_t)-1;
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
 		if (c->cmsg_level != SOL_SOCKET)
 			continue;
 		if (c->cmsg_type == SCM_RIGHTS) {
 			size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 			int fds[4];
+			if (nfd > 4)
+				nfd = 4;
 			memcpy(fds, CMSG_DATA(c), nfd * sizeof(int));
 			for (size_t i = 0; i < nfd; i++) {
-				if (*fd < 0)
-					*fd = fds[i];
+				if (d->fd < 0)
+					d->fd = fds[i];
 				else
 					close(fds[i]); /* more than asked for */
 			}
 		} else if (c->cmsg_type == SCM_CREDENTIALS) {
 			struct ucred cr;
 			memcpy(&cr, CMSG_DATA(c), sizeof(cr));
-			*pid = cr.pid;
-			*uid = cr.uid;
+			d->pid = cr.pid;
+			d->uid = cr.uid;
 		}
 	}
-	if ((size_t)n != sizeof(*msg) || msg->magic != DPTP_IPC_MAGIC || (mh.msg_flags & MSG_CTRUNC)) {
-		if (*fd >= 0)
-			close(*fd);
-		*fd = -1;
-		return dptp_err_set(err, -EPROTO, "malformed datagram on '@%s' from pid %ld", s->name, (long)*pid);
+	d->malformed = (size_t)n != sizeof(d->msg) || d->msg.magic != DPTP_IPC_MAGIC || (mh.msg_flags & MSG_CTRUNC);
+	return 0;
+}
+
+void dptp_ipcsock_pump(struct dptp_ipcsock *s)
+{
+	if (s->fd < 0)
+		return;
+	pthread_mutex_lock(&s->lock);
+	while (s->nstash < DPTP_IPC_STASH) {
+		struct dptp_ipc_dgram d;
+		if (take(s, &d) < 0)
+			break;
+		if (s->admit && !s->admit(s->admit_ctx, d.pid, d.uid)) {
+			if (d.fd >= 0)
+				close(d.fd);
+			if (s->foreign) {
+				__atomic_store_n(&s->foreign->pid, d.pid, __ATOMIC_RELAXED);
+				__atomic_store_n(&s->foreign->uid, d.uid, __ATOMIC_RELAXED);
+				__atomic_add_fetch(&s->foreign->count, 1, __ATOMIC_RELAXED);
+			}
+			continue;
+		}
+		s->stash[s->nstash++] = d;
 	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* The oldest stashed datagram, or false. */
+static bool pop(struct dptp_ipcsock *s, struct dptp_ipc_dgram *d)
+{
+	pthread_mutex_lock(&s->lock);
+	bool got = s->nstash > 0;
+	if (got) {
+		*d = s->stash[0];
+		memmove(&s->stash[0], &s->stash[1], (size_t)(s->nstash - 1) * sizeof(s->stash[0]));
+		s->nstash--;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return got;
+}
+
+int dptp_ipcsock_recv(struct dptp_ipcsock *s, int *fd, struct dptp_ipc_msg *msg, pid_t *pid,
+		      uid_t *uid, double timeout, struct dptp_err *err)
+{
+	*fd = -1;
+	double end = dptp_now() + (timeout > 0 ? timeout : 0);
+	struct dptp_ipc_dgram d;
+	for (;;) {
+		dptp_ipcsock_pump(s);
+		if (pop(s, &d))
+			break;
+		double left = end - dptp_now();
+		if (left <= 0)
+			return dptp_err_set(err, -EAGAIN, "nothing arrived on '@%s'", s->name);
+		/* short slices: a draining thread may take what poll saw */
+		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+		int ms = left > 0.01 ? 10 : (int)(left * 1000) + 1;
+		if (poll(&p, 1, ms) < 0 && errno != EINTR)
+			return dptp_err_set(err, -errno, "poll '@%s': %s", s->name, strerror(errno));
+	}
+	*msg = d.msg;
+	*pid = d.pid;
+	*uid = d.uid;
+	if (d.malformed) {
+		if (d.fd >= 0)
+			close(d.fd);
+		return dptp_err_set(err, -EPROTO, "malformed datagram on '@%s' from pid %ld", s->name, (long)d.pid);
+	}
+	*fd = d.fd;
 	return 0;
 }

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +112,67 @@ static void futex_wait_until(uint32_t *w, uint32_t seen, double deadline)
 	syscall(SYS_futex, w, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
 
+static bool in_job(const void *ctx, pid_t pid, uid_t uid)
+{
+	const struct dptp_ipc_job *job = ctx;
+	if (uid != getuid())
+		return false;
+	for (int r = 0; r < job->world; r++)
+		if (job->peers[r].pid == pid && job->peers[r].host == job->peers[job->rank].host)
+			return true;
+	return false;
+}
+
+int dptp_ipc_bind(const struct dptp_ipc_job *job, struct dptp_ipcsock *s, int group_rank, uint64_t opid,
+		  struct dptp_err *err)
+{
+	int rc = dptp_ipcsock_bind(s, group_rank, opid, err);
+	pid_t pid;
+	uid_t uid;
+	if (rc != -EADDRINUSE || dptp_ipcsock_holder(s->name, &pid, &uid) < 0)
+		return rc;
+	for (int r = 0; r < job->world; r++)
+		if (job->peers[r].pid == pid && job->peers[r].host == job->peers[job->rank].host)
+			return dptp_err_set(err, -EADDRINUSE, "bind '@%s': held by global rank %d (pid %ld) of this job",
+					    s->name, r, (long)pid);
+	return dptp_err_set(err, -ENOTUNIQ,
+		"bind '@%s': squatted by pid %ld (uid %ld), a process outside the job", s->name, (long)pid,
+		uid == (uid_t)-1 ? -1L : (long)uid);
+}
+
+/* Drains the ring's sockets while the caller sends or waits in the exchange. */
+struct drainer {
+	struct dptp_ipcsock *socks;
+	int n;
+	int stop;
+	pthread_t th;
+	bool running;
+};
+
+static void *drain_main(void *arg)
+{
+	struct drainer *d = arg;
+	struct pollfd p[DPTP_WS_NBUF];
+	int n = d->n < DPTP_WS_NBUF ? d->n : DPTP_WS_NBUF;
+	while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
+		for (int i = 0; i < n; i++)
+			p[i] = (struct pollfd){ .fd = d->socks[i].fd, .events = POLLIN };
+		if (poll(p, (nfds_t)n, 20) <= 0)
+			continue;
+		int full = 0;
+		for (int i = 0; i < n; i++) {
+			if (p[i].revents & POLLIN)
+				dptp_ipcsock_pump(&d->socks[i]);
+			full += __atomic_load_n(&d->socks[i].nstash, __ATOMIC_RELAXED) >= DPTP_IPC_STASH;
+		}
+		if (full) { /* the job's own datagrams wait for the caller */
+			struct timespec ts = { 0, 1000000 };
+			nanosleep(&ts, NULL);
+		}
+	}
+	return NULL;
+}
+
 int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, int rank, int size,
 		 struct dptp_ipcsock *socks, int nsocks, const int *my_fds, int **in_fds,
 		 struct dptp_err *err)
@@ -119,9 +182,15 @@ int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, in
 	int32_t *sent = calloc((size_t)xg->size, sizeof(int32_t));
 	if (!sent)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
-	for (int s = 0; s < nsocks; s++)
+	for (int s = 0; s < nsocks; s++) {
 		for (int j = 0; j < size; j++)
 			in_fds[s][j] = -1;
+		socks[s].admit = in_job;
+		socks[s].admit_ctx = job;
+		socks[s].foreign = job->foreign;
+	}
+	struct drainer dr = { .socks = socks, .n = nsocks };
+	dr.running = pthread_create(&dr.th, NULL, drain_main, &dr) == 0;
 	/* everyone has bound its sockets */
 	dptp_err_keep(&rc, err, dptp_xchg_barrier(job->x, xg, &e), &e);
 	for (int i = 0; i < size; i++) {
@@ -200,6 +269,12 @@ int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, in
 				"two groups share this socket name", s, socks[s].name, m.global_rank, (long)pid), &e);
 		}
 	}
+	if (dr.running) {
+		__atomic_store_n(&dr.stop, 1, __ATOMIC_RELEASE);
+		pthread_join(dr.th, NULL);
+	}
+	for (int s = 0; s < nsocks; s++)
+		socks[s].admit = NULL; /* the job table is borrowed for the ring only */
 	free(sent);
 	return rc;
 }
@@ -250,7 +325,7 @@ int dptp_workspace_create(struct dptp_workspace *ws, const struct dptp_ipc_job *
 	}
 	/* three sockets, each under its own name, as the reference has */
 	for (int b = 0; b < DPTP_WS_NBUF; b++) {
-		int r = dptp_ipcsock_bind(&ws->socks[b], rank, opid + (uint64_t)b, &e);
+		int r = dptp_ipc_bind(job, &ws->socks[b], rank, opid + (uint64_t)b, &e);
 		if (r < 0)
 			dptp_err_prefix(&e, "global rank %d (group rank %d of %d)", job->rank, rank, size);
 		dptp_err_keep(&rc, err, r, &e);

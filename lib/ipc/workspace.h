@@ -36,7 +36,14 @@ struct dptp_ipc_job {
 	bool opid_seeded;               /* bug 4: see dptp_opid_agree() */
 	uint64_t seed;                  /* ... and its RNG seed */
 	bool device_from_tp_rank;       /* bug 3: see dptp_workspace_device() */
+	struct dptp_ipc_foreign *foreign; /* datagrams from outside the job, dropped (may be NULL) */
 };
+
+/* Binds s under name(group_rank, opid). A name held by a process outside
+ * the job (squatted) is -ENOTUNIQ naming that process (pid, uid); one held
+ * by a process of the job is -EADDRINUSE naming its global rank. */
+int dptp_ipc_bind(const struct dptp_ipc_job *job, struct dptp_ipcsock *s, int group_rank, uint64_t opid,
+		  struct dptp_err *err);
 
 /* Collective over g (lockstep): the group's opId. The member at index 0
  * draws it -- the fixed way from OS entropy, low 16 bits = global rank, so no
@@ -54,7 +61,11 @@ int dptp_workspace_device(const struct dptp_ipc_job *job);
 /* Passes one descriptor per socket around xg: for i in 0..size-1: send own
  * fds to (rank+i)%size, learn who sent, receive from (rank-i)%size. Checks
  * the sender's payload and kernel credentials against the expected member,
- * and reports extra or missing descriptors. in_fds[s][j] receive peer j's
+ * and reports extra or missing descriptors. Only processes of the job (pid
+ * table, our uid) are heard: others' datagrams are dropped and counted in
+ * job->foreign; a thread drains the sockets meanwhile, so no neighbour can
+ * fill a queue and stall a sender; every send ends by the exchange
+ * deadline. in_fds[s][j] receive peer j's
  * descriptor for socket s (-1 when none). Collective (lockstep). Returns 0,
  * or the first problem (the ring always runs to the end). */
 int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, int rank, int size,

@@ -77,7 +77,7 @@ int dptp_gpu_workspace_create(struct dptp_gpu_workspace **out, const struct dptp
 		ws->buf_bytes = dptp_cuda_mem_size(ws->mine);
 		dptp_err_keep(&rc, err, dptp_cuda_mem_export(ws->mine, &fd, &e), &e);
 	}
-	r = dptp_ipcsock_bind(&ws->sock, rank, opid, &e);
+	r = dptp_ipc_bind(job, &ws->sock, rank, opid, &e);
 	if (r < 0)
 		dptp_err_prefix(&e, "global rank %d (group rank %d of %d)", job->rank, rank, size);
 	dptp_err_keep(&rc, err, r, &e);

@@ -10,7 +10,12 @@
  *     SCM_CREDENTIALS (the kernel refuses the sendmsg with EPERM);
  *  3. a process with CAP_SYS_ADMIN (root) can: the credentials then name
  *     the peer's pid and the check cannot tell (documented limit).
- * TAP output; exit 0 when 1 and 2 hold (3 is reported, not failed). */
+ *  4. a name squatted by a process outside the job (uid nobody, bound
+ *     before the owner) is -ENOTUNIQ naming that process's pid and uid:
+ *     an `error` of the environment, not a `fail` of the check;
+ *  5. the same name held by a process of the job is -EADDRINUSE naming
+ *     its global rank (the opid-seeded collision stays a finding).
+ * TAP output; exit 0 when 1, 2, 4 and 5 hold (3 is reported, not failed). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,6 +29,7 @@
 #include <unistd.h>
 
 #include "ipc/ipcsock.h"
+#include "ipc/workspace.h"
 
 static int send_forged(const char *name, pid_t claim)
 {
@@ -82,7 +88,7 @@ int main(void)
 	struct dptp_ipcsock s = {.fd = -1};
 	struct dptp_err e = {0};
 	int fails = 0;
-	printf("TAP version 13\n1..3\n");
+	printf("TAP version 13\n1..5\n");
 	if (dptp_ipcsock_bind(&s, 0, 0x1234abcdULL ^ (uint64_t)getpid(), &e) < 0) {
 		printf("Bail out! bind: %s\n", e.msg);
 		return 1;
@@ -131,5 +137,52 @@ int main(void)
 	if (fd >= 0)
 		close(fd);
 	dptp_ipcsock_close(&s);
+
+	/* 4. a squatter outside the job, as nobody when we are root */
+	uint64_t op = 0x5a5a0000ULL ^ (uint64_t)getpid();
+	int ready[2], hold[2];
+	if (pipe(ready) < 0 || pipe(hold) < 0)
+		return 1;
+	pid_t squat = fork();
+	if (squat == 0) {
+		close(ready[0]);
+		close(hold[1]);
+		if (getuid() == 0 && (setgid(65534) < 0 || setuid(65534) < 0))
+			_exit(99);
+		struct dptp_ipcsock q = {.fd = -1};
+		char c = dptp_ipcsock_bind(&q, 1, op, NULL) == 0 ? 'y' : 'n';
+		if (write(ready[1], &c, 1) != 1)
+			_exit(1);
+		(void)!read(hold[0], &c, 1); /* hold the name until the parent is done */
+		_exit(0);
+	}
+	close(ready[1]);
+	close(hold[0]);
+	char c = 0;
+	(void)!read(ready[0], &c, 1);
+	struct dptp_peer peers[2] = {{.pid = getpid()}, {.pid = getppid()}};
+	struct dptp_ipc_job job = {.rank = 0, .world = 2, .peers = peers};
+	struct dptp_ipcsock owner = {.fd = -1};
+	struct dptp_err be = {0};
+	r = dptp_ipc_bind(&job, &owner, 1, op, &be);
+	char want[64];
+	snprintf(want, sizeof(want), "pid %ld (uid %ld)", (long)squat, getuid() == 0 ? 65534L : (long)getuid());
+	bool ok4 = c == 'y' && r == -ENOTUNIQ && strstr(be.msg, want);
+	printf("%s 4 - a name squatted outside the job is -ENOTUNIQ naming the squatter: %s\n", ok4 ? "ok" : "not ok",
+	       be.msg);
+	fails += !ok4;
+	dptp_ipcsock_close(&owner);
+
+	/* 5. the squatter counted as a member of the job: a collision inside it */
+	peers[1].pid = squat;
+	be.msg[0] = 0;
+	r = dptp_ipc_bind(&job, &owner, 1, op, &be);
+	bool ok5 = r == -EADDRINUSE && strstr(be.msg, "global rank 1");
+	printf("%s 5 - the same name held by a rank of the job is -EADDRINUSE naming it: %s\n", ok5 ? "ok" : "not ok",
+	       be.msg);
+	fails += !ok5;
+	dptp_ipcsock_close(&owner);
+	close(hold[1]);
+	waitpid(squat, &st, 0);
 	return fails ? 1 : 0;
 }

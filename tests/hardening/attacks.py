@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""Attacks from outside the job (issue 14), against real processes.
+
+usage: attacks.py --run DPTP_RUN --check DPTP_CHECK [--only CASE,...] [--attempts N]
+
+Each case runs dptp-check jobs while an attacker does its worst, and counts
+attempts, hangs (a job alive past --timeout + margin), false verdicts (a
+`fail` the job's own code did not earn) and what was left behind (processes
+of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
+
+  ipc_flood       uid nobody (setpriv) reads the @/tmp/mcastmem-socket-*
+                  names from /proc/net/unix and fills their queues with
+                  datagrams: the job ends within --timeout, and passes.
+  ipc_inject      same, with valid-looking payloads naming global rank 1
+                  and a descriptor: never "crossed groups"; the detail names
+                  the foreign sender (pid, uid).
+  faults_still    opid-seeded and world-workspace still fail as they do.
+
+The attacker is this script, run again with --attacker MODE.
+"""
+import argparse
+import array
+import glob
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+ARGS = None
+FAILURES = []
+FIGURES = {}
+IPC_MAGIC = 0x64707470
+
+
+def fail(case, msg):
+    FAILURES.append("%s: %s" % (case, msg))
+    print("FAIL %s: %s" % (case, msg), flush=True)
+
+
+def figure(case, **kw):
+    f = FIGURES.setdefault(case, {"attempts": 0, "hangs": 0, "false_verdicts": 0,
+                                  "processes_left": 0, "shm_left": 0})
+    for k, v in kw.items():
+        f[k] = f.get(k, 0) + v
+
+
+# ---------------------------------------------------------------- attacker
+
+def ipc_names():
+    out = set()
+    try:
+        with open("/proc/net/unix") as f:
+            for ln in f.read().splitlines()[1:]:
+                p = ln.split()
+                if len(p) >= 8 and p[7].startswith("@/tmp/mcastmem-socket-"):
+                    out.add(p[7][1:])
+    except OSError:
+        pass
+    return out
+
+
+def attacker(mode, seconds):
+    """Floods every IPC socket name it sees until killed or `seconds`."""
+    end = time.monotonic() + seconds
+    memfd = os.memfd_create("attacker")
+    os.write(memfd, struct.pack("<i", 1))
+    sent = 0
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    while time.monotonic() < end:
+        for name in ipc_names():
+            # payload: magic, global rank 1, group rank 1, buffer 0, opid
+            msg = struct.pack("<IiiiQ", IPC_MAGIC, 1, 1, 0, 0)
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [memfd]))] if mode == "inject" else []
+            for _ in range(64):
+                try:
+                    s.sendmsg([msg], anc, 0, "\0" + name)
+                    sent += 1
+                except OSError:
+                    break
+        time.sleep(0.0005)
+    print("attacker sent %d datagrams" % sent, flush=True)
+    return 0
+
+
+def start_attacker(mode, seconds):
+    cmd = [sys.executable, os.path.abspath(__file__), "--attacker", mode, "--seconds", str(seconds)]
+    if os.getuid() == 0:
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] + cmd
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+# ---------------------------------------------------------------- jobs
+
+def tagged(tag):
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                if ("DPTP_ATTACK_TAG=" + tag).encode() in f.read():
+                    with open("/proc/%s/stat" % d) as g:
+                        st = g.read()
+                    if st[st.rindex(")") + 2] not in "ZX":
+                        out.append(int(d))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def shm_files():
+    return set(glob.glob("/dev/shm/dptp-*"))
+
+
+def run_job(case, tmp, args, timeout, margin=15.0, env_extra=None):
+    """Runs one 4-rank job; returns (rc, report or None, stderr, seconds)."""
+    tag = uuid.uuid4().hex
+    out = os.path.join(tmp, "r-%s.json" % tag[:8])
+    cmd = [ARGS.run, "--nproc-per-node=4", "--no-python", ARGS.check, "--tokens", "8", "--hidden", "64",
+           "--timeout", str(timeout), "--format", "json", "--output", out] + args
+    env = dict(os.environ, DPTP_ATTACK_TAG=tag, NO_COLOR="1")
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "PMIX_NAMESPACE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    if env_extra:
+        env.update(env_extra)
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True, cwd=tmp)
+    figure(case, attempts=1)
+    try:
+        _, err = p.communicate(timeout=timeout * 3 + margin)
+    except subprocess.TimeoutExpired:
+        figure(case, hangs=1)
+        fail(case, "job still alive %.0f s after start (--timeout %d)" % (time.monotonic() - t0, timeout))
+        for pid in tagged(tag):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        p.kill()
+        _, err = p.communicate()
+    secs = time.monotonic() - t0
+    time.sleep(0.2)
+    left = tagged(tag)
+    if left:
+        figure(case, processes_left=len(left))
+        fail(case, "processes of the job left: %s" % left)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    rep = None
+    try:
+        with open(out) as f:
+            rep = json.load(f)
+    except (OSError, ValueError):
+        pass
+    return p.returncode, rep, err, secs
+
+
+def statuses(rep):
+    """{(dp, check): (status, detail)}"""
+    out = {}
+    for r in rep.get("replicas", []):
+        for c in r.get("checks", []):
+            out[(r["dp"], c["name"])] = (c["status"], c.get("detail", ""))
+    return out
+
+
+def case_ipc(case, mode):
+    shm0 = shm_files()
+    named = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(ARGS.attempts):
+            atk = start_attacker(mode, 60)
+            time.sleep(0.3)
+            rc, rep, err, secs = run_job(case, tmp, ["--dp", "2", "--tp", "2", "--checks", "opid,fused-allreduce"],
+                                         timeout=10)
+            atk.kill()
+            atk_out = atk.communicate()[0]
+            if rep is None:
+                fail(case, "attempt %d: no report (rc %d) after %.1f s: %s" % (i, rc, secs, err.strip()[:1500]))
+                continue
+            st = statuses(rep)
+            for (dp, chk), (s, d) in sorted(st.items()):
+                if s == "fail":
+                    figure(case, false_verdicts=1)
+                    fail(case, "attempt %d: dp%d/%s fail: %s" % (i, dp, chk, d))
+                elif s != "pass":
+                    fail(case, "attempt %d: dp%d/%s %s: %s" % (i, dp, chk, s, d))
+                if "outside the job" in d:
+                    named += 1
+                    if "uid 65534" not in d and os.getuid() == 0:
+                        fail(case, "attempt %d: foreign datagrams not named with uid 65534: %s" % (i, d))
+            if rc != 0:
+                fail(case, "attempt %d: exit %d after %.1f s: %s" % (i, rc, secs, err.strip()[-400:]))
+            print("attempt %d: exit %d in %.1f s, %s" % (i, rc, secs, atk_out.strip()), flush=True)
+    left = shm_files() - shm0
+    if left:
+        figure(case, shm_left=len(left))
+        fail(case, "left in /dev/shm: %s" % sorted(left))
+    if named == 0:
+        print("note %s: the attacker never landed a datagram in %d attempts" % (case, ARGS.attempts), flush=True)
+    FIGURES[case]["details_naming_attacker"] = named
+
+
+def case_faults_still():
+    case = "faults_still"
+    with tempfile.TemporaryDirectory() as tmp:
+        for fault, chk, want in (("opid-seeded", "opid", {0: "fail", 1: "fail"}),
+                                 ("world-workspace", "fused-allreduce", {1: "fail"})):
+            rc, rep, err, secs = run_job(case, tmp, ["--dp", "2", "--tp", "2", "--checks", chk, "--inject", fault],
+                                         timeout=10)
+            if rep is None:
+                fail(case, "%s: no report (rc %d): %s" % (fault, rc, err.strip()[-400:]))
+                continue
+            st = statuses(rep)
+            for dp, s in want.items():
+                got = st.get((dp, chk), ("missing", ""))
+                if got[0] != s:
+                    fail(case, "%s: dp%d/%s is %s, want %s: %s" % (fault, dp, chk, got[0], s, got[1]))
+            if rc != 1:
+                fail(case, "%s: exit %d, want 1" % (fault, rc))
+            print("%s: exit %d, %s" % (fault, rc, {"dp%d" % k[0]: v[0] for k, v in st.items()}), flush=True)
+
+
+CASES = {
+    "ipc_flood": lambda: case_ipc("ipc_flood", "flood"),
+    "ipc_inject": lambda: case_ipc("ipc_inject", "inject"),
+    "faults_still": case_faults_still,
+}
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run")
+    ap.add_argument("--check")
+    ap.add_argument("--only")
+    ap.add_argument("--attempts", type=int, default=3)
+    ap.add_argument("--json")
+    ap.add_argument("--attacker")
+    ap.add_argument("--seconds", type=float, default=60)
+    ARGS = ap.parse_args()
+    if ARGS.attacker:
+        return attacker(ARGS.attacker, ARGS.seconds)
+    ARGS.run = os.path.abspath(ARGS.run)
+    ARGS.check = os.path.abspath(ARGS.check)
+    names = ARGS.only.split(",") if ARGS.only else list(CASES)
+    for n in names:
+        CASES[n]()
+    # the README's hardening rows come from these lines
+    print("\n".join("figures %s: %s" % (c, json.dumps(f, sort_keys=True)) for c, f in FIGURES.items()))
+    if ARGS.json:
+        with open(ARGS.json, "w") as out:
+            json.dump({"figures": FIGURES, "failures": FAILURES}, out, indent=1)
+    print("%d cases, %d failures%s" % (len(names), len(FAILURES),
+                                       "".join("\nFAIL: " + f.splitlines()[0] for f in FAILURES)))
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
