@@ -91,7 +91,7 @@ int dptp_check_main(int argc, char **argv)
 	}
 
 	struct dptp_bootstrap *b = NULL;
-	if (dptp_bootstrap_create(&b, &err) < 0) {
+	if (dptp_bootstrap_create(&b, o.timeout, &err) < 0) {
 		fprintf(stderr, "dptp-check: %s\n", err.msg);
 		return EXIT_ENV;
 	}

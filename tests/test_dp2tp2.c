@@ -98,7 +98,7 @@ static int rank_main(int rank, const char *run_id, dptp_fault_set faults, int fd
 	unsetenv("DPTP_HOSTNAME");
 	struct dptp_err err = {0};
 	struct dptp_bootstrap *b = NULL;
-	if (dptp_bootstrap_create(&b, &err) < 0) {
+	if (dptp_bootstrap_create(&b, 30, &err) < 0) {
 		fprintf(stderr, "rank %d: %s\n", rank, err.msg);
 		return 3;
 	}

@@ -6,14 +6,14 @@
 #include <string.h>
 #include <unistd.h>
 
-static int pick(struct dptp_bootstrap **out, struct dptp_err *err)
+static int pick(struct dptp_bootstrap **out, double timeout, struct dptp_err *err)
 {
 	const char *ns = getenv("PMIX_NAMESPACE");
 	if (ns && *ns)
 		return dptp_bootstrap_pmix_create(out, err);
 	const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
 	if (rank && world && getenv("MASTER_ADDR") && getenv("MASTER_PORT"))
-		return dptp_bootstrap_torchrun_create(out, err);
+		return dptp_bootstrap_torchrun_create(out, timeout, err);
 	if (world && strcmp(world, "1") != 0)
 		return dptp_err_set(err, -EINVAL,
 			"WORLD_SIZE=%s but no launcher to reach the other ranks: "
@@ -22,9 +22,9 @@ static int pick(struct dptp_bootstrap **out, struct dptp_err *err)
 	return dptp_bootstrap_single_create(out, err);
 }
 
-int dptp_bootstrap_create(struct dptp_bootstrap **out, struct dptp_err *err)
+int dptp_bootstrap_create(struct dptp_bootstrap **out, double timeout, struct dptp_err *err)
 {
-	DPTP_TRY(pick(out, err));
+	DPTP_TRY(pick(out, timeout, err));
 	/* DPTP_HOSTNAME: which host this rank counts as (ranks with equal
 	 * names share memory). For tests that lay several "hosts" over one
 	 * machine; real runs leave it unset and get gethostname(). */

@@ -49,10 +49,11 @@ struct dptp_bootstrap {
 	uint64_t put_bytes;
 };
 
-/* Picks the implementation from the environment and initialises it.
+/* Picks the implementation from the environment and initialises it;
+ * reaching the store (torchrun) takes at most `timeout` seconds.
  * Returns 0, or a negative errno with a message saying what failed and what
  * to check. The caller owns *out (dptp_bootstrap_destroy). */
-int dptp_bootstrap_create(struct dptp_bootstrap **out, struct dptp_err *err);
+int dptp_bootstrap_create(struct dptp_bootstrap **out, double timeout, struct dptp_err *err);
 void dptp_bootstrap_destroy(struct dptp_bootstrap *b);
 
 int dptp_bootstrap_put(struct dptp_bootstrap *b, const char *key, const void *data, size_t len,
@@ -70,7 +71,11 @@ int dptp_bootstrap_pmix_create(struct dptp_bootstrap **out, struct dptp_err *err
 int dptp_bootstrap_single_create(struct dptp_bootstrap **out, struct dptp_err *err);
 /* torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT, the
  * TORCHELASTIC_* keys) and a TCPStore: rank 0 hosts it unless the agent does
- * (TORCHELASTIC_USE_AGENT_STORE=True). */
-int dptp_bootstrap_torchrun_create(struct dptp_bootstrap **out, struct dptp_err *err);
+ * (TORCHELASTIC_USE_AGENT_STORE=True). Strict: a variable set but empty or
+ * out of range, or LOCAL_RANK unset with LOCAL_WORLD_SIZE > 1, is -EINVAL
+ * naming it; connecting takes at most `timeout` seconds; a RANK claimed by
+ * two processes is -EEXIST (at once for the second, and for the others
+ * instead of a fence timeout). */
+int dptp_bootstrap_torchrun_create(struct dptp_bootstrap **out, double timeout, struct dptp_err *err);
 
 #endif

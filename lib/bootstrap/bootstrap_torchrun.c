@@ -20,13 +20,16 @@ struct tr_impl {
 	uint64_t fences;
 };
 
+/* An unset variable takes `def`; one set but empty is an error, never 0. */
 static int env_int(const char *name, int def, int min, int max, int *out, struct dptp_err *err)
 {
 	const char *s = getenv(name);
-	if (!s || !*s) {
+	if (!s) {
 		*out = def;
 		return 0;
 	}
+	if (!*s)
+		return dptp_err_set(err, -EINVAL, "empty %s: expected an integer in %d..%d", name, min, max);
 	uint64_t v;
 	if (dptp_parse_u64(s, (uint64_t)min, (uint64_t)max, false, &v) < 0)
 		return dptp_err_set(err, -EINVAL, "invalid %s='%s': expected an integer in %d..%d", name, s, min, max);
@@ -41,6 +44,39 @@ static int tr_put(struct dptp_bootstrap *b, const char *key, const void *data, s
 	char k[300];
 	snprintf(k, sizeof(k), "kv/%s/%d", key, b->rank);
 	return dptp_tcpstore_client_set(im->client, k, data, len, err);
+}
+
+/* The second process to claim a rank leaves its name here; the others read
+ * it when a fence or get times out, and report that instead. */
+static int claim_rank(struct dptp_bootstrap *b, struct tr_impl *im, struct dptp_err *err)
+{
+	char k[64], who[320];
+	snprintf(k, sizeof(k), "claim/%d", b->rank);
+	int64_t n = 0;
+	DPTP_TRY(dptp_tcpstore_client_add(im->client, k, 1, &n, err));
+	if (n <= 1)
+		return 0;
+	snprintf(who, sizeof(who), "RANK=%d is claimed by two processes (the second: pid %ld on %s)", b->rank,
+		 (long)getpid(), b->hostname);
+	int64_t d;
+	dptp_tcpstore_client_set(im->client, "claim/dup", who, strlen(who), NULL);
+	dptp_tcpstore_client_add(im->client, "claim/dups", 1, &d, NULL);
+	return dptp_err_set(err, -EEXIST, "%s: each process needs its own RANK", who);
+}
+
+/* After a timeout: -EEXIST when a rank was claimed twice, else rc. */
+static int duplicate_or(struct tr_impl *im, int rc, struct dptp_err *err)
+{
+	int64_t d = 0;
+	if (rc != -ETIMEDOUT || dptp_tcpstore_client_add(im->client, "claim/dups", 0, &d, NULL) < 0 || d == 0)
+		return rc;
+	struct dptp_tcpstore_buf v = {0};
+	if (dptp_tcpstore_client_get(im->client, "claim/dup", &v, NULL) < 0)
+		return rc;
+	rc = dptp_err_set(err, -EEXIST, "%.*s: the job cannot form (each process needs its own RANK)", (int)v.len,
+			  v.data ? (const char *)v.data : "");
+	free(v.data);
+	return rc;
 }
 
 static int tr_fence(struct dptp_bootstrap *b, double timeout, struct dptp_err *err)
@@ -58,9 +94,9 @@ static int tr_fence(struct dptp_bootstrap *b, double timeout, struct dptp_err *e
 	const char *keys[1] = { done };
 	int rc = dptp_tcpstore_client_wait(im->client, keys, 1, timeout, err);
 	if (rc == -ETIMEDOUT)
-		return dptp_err_set(err, -ETIMEDOUT,
+		rc = dptp_err_set(err, -ETIMEDOUT,
 			"fence over %d ranks did not complete within %.3g s (a peer never arrived)", b->size, timeout);
-	return rc;
+	return duplicate_or(im, rc, err);
 }
 
 static int tr_get(struct dptp_bootstrap *b, int rank, const char *key, void **data, size_t *len,
@@ -72,9 +108,9 @@ static int tr_get(struct dptp_bootstrap *b, int rank, const char *key, void **da
 	const char *keys[1] = { k };
 	int rc = dptp_tcpstore_client_wait(im->client, keys, 1, timeout > 0 ? timeout : 0.001, err);
 	if (rc == -ETIMEDOUT)
-		return dptp_err_set(err, -ETIMEDOUT, "rank %d published no '%s' within %.3g s", rank, key, timeout);
+		rc = dptp_err_set(err, -ETIMEDOUT, "rank %d published no '%s' within %.3g s", rank, key, timeout);
 	if (rc < 0)
-		return rc;
+		return duplicate_or(im, rc, err);
 	dptp_tcpstore_client_set_timeout(im->client, timeout > 0 ? timeout : 1);
 	struct dptp_tcpstore_buf v = {0};
 	DPTP_TRY(dptp_tcpstore_client_get(im->client, k, &v, err));
@@ -123,7 +159,7 @@ static const struct dptp_bootstrap_ops tr_ops = {
 	.destroy = tr_destroy,
 };
 
-int dptp_bootstrap_torchrun_create(struct dptp_bootstrap **out, struct dptp_err *err)
+int dptp_bootstrap_torchrun_create(struct dptp_bootstrap **out, double timeout, struct dptp_err *err)
 {
 	struct dptp_bootstrap *b = calloc(1, sizeof(*b));
 	struct tr_impl *im = calloc(1, sizeof(*im));
@@ -144,7 +180,17 @@ int dptp_bootstrap_torchrun_create(struct dptp_bootstrap **out, struct dptp_err 
 	    (rc = env_int("MASTER_PORT", 0, 1, 65535, &port, err)) < 0 ||
 	    (rc = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 20, &(int){0}, err)) < 0)
 		goto fail;
+	if (!getenv("LOCAL_RANK") && b->local_size > 1) {
+		/* rank 0's device for everyone: a false device-map verdict */
+		rc = dptp_err_set(err, -EINVAL, "LOCAL_RANK is not set but LOCAL_WORLD_SIZE=%d: which device is this rank's?",
+				  b->local_size);
+		goto fail;
+	}
 	const char *addr = getenv("MASTER_ADDR");
+	if (!addr || !*addr) {
+		rc = dptp_err_set(err, -EINVAL, "empty MASTER_ADDR: the store's host is needed");
+		goto fail;
+	}
 	const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
 	const char *run_id = getenv("TORCHELASTIC_RUN_ID");
 	const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
@@ -154,7 +200,8 @@ int dptp_bootstrap_torchrun_create(struct dptp_bootstrap **out, struct dptp_err 
 	snprintf(b->job_id, sizeof(b->job_id), "tr-%s-%s-%s-%d", run_id ? run_id : "none",
 		 restart ? restart : "0", addr, port);
 
-	double timeout = 300;
+	if (!(timeout > 0))
+		timeout = 300;
 	if (!use_agent && b->rank == 0) {
 		/* bind exactly MASTER_ADDR, not every interface */
 		struct dptp_tcpstore_server_opts so = { .host = addr, .port = (uint16_t)port };
@@ -181,6 +228,8 @@ int dptp_bootstrap_torchrun_create(struct dptp_bootstrap **out, struct dptp_err 
 		dptp_err_set(err, rc, "store key prefix too long");
 		goto fail;
 	}
+	if ((rc = claim_rank(b, im, err)) < 0)
+		goto fail;
 	*out = b;
 	return 0;
 fail:

@@ -15,6 +15,11 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   and a descriptor: never "crossed groups"; the detail names
                   the foreign sender (pid, uid).
   faults_still    opid-seeded and world-workspace still fail as they do.
+  torchrun_env    torchrun-style environments: MASTER_PORT, RANK, WORLD_SIZE
+                  or LOCAL_RANK set but empty, LOCAL_RANK unset with
+                  LOCAL_WORLD_SIZE=2, no store at --timeout 2: exit 3, one
+                  line, within --timeout + 3 s; a RANK claimed twice: every
+                  process exits 3 naming the claim, none times out.
 
 The attacker is this script, run again with --attacker MODE.
 """
@@ -31,6 +36,9 @@ import sys
 import tempfile
 import time
 import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from security import free_port  # noqa: E402
 
 ARGS = None
 FAILURES = []
@@ -231,10 +239,74 @@ def case_faults_still():
             print("%s: exit %d, %s" % (fault, rc, {"dp%d" % k[0]: v[0] for k, v in st.items()}), flush=True)
 
 
+def tr_env(rank, world, port, **kw):
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+               LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               TORCHELASTIC_RUN_ID="attack-" + uuid.uuid4().hex[:6], NO_COLOR="1")
+    env.pop("PMIX_NAMESPACE", None)
+    for k, v in kw.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def case_torchrun_env():
+    case = "torchrun_env"
+    dead = free_port()  # nothing listens there
+    bad = [("MASTER_PORT", ""), ("RANK", ""), ("WORLD_SIZE", ""), ("LOCAL_RANK", ""),
+           ("LOCAL_RANK", None), ("no store", "")]
+    for var, val in bad:
+        env = tr_env(1, 2, dead) if var == "no store" else tr_env(1, 2, dead, **{var: val})
+        t0 = time.monotonic()
+        figure(case, attempts=1)
+        try:
+            p = subprocess.run([ARGS.check, "--timeout", "2", "--tokens", "8", "--hidden", "64"], env=env,
+                               capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            figure(case, hangs=1)
+            fail(case, "%s=%r: still running after 30 s (--timeout 2)" % (var, val))
+            continue
+        secs = time.monotonic() - t0
+        lines = p.stderr.strip().splitlines()
+        what = "%s %s" % (var, "unset" if val is None else "=%r" % val)
+        if p.returncode != 3 or len(lines) != 1 or (var != "no store" and var not in lines[0]):
+            if p.returncode == 1:
+                figure(case, false_verdicts=1)
+            fail(case, "%s: exit %d, want 3 and one line naming it: %r" % (what, p.returncode, p.stderr[-300:]))
+        elif secs > 5:
+            figure(case, hangs=1)
+            fail(case, "%s: took %.1f s at --timeout 2" % (what, secs))
+        else:
+            print("ok %s: exit 3 in %.2f s: %s" % (what, secs, lines[0]), flush=True)
+    # RANK 1 claimed twice in a world of 3 (rank 2 never comes)
+    port = free_port()
+    procs = []
+    for r in (0, 1, 1):
+        procs.append(subprocess.Popen([ARGS.check, "--timeout", "3", "--tokens", "8", "--hidden", "64"],
+                                      env=tr_env(r, 3, port, TORCHELASTIC_RUN_ID="dup-%d" % port), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True))
+        time.sleep(0.3)
+    figure(case, attempts=1)
+    for i, p in enumerate(procs):
+        try:
+            _, err = p.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            figure(case, hangs=1)
+        if p.returncode != 3 or "claimed by two processes" not in err:
+            fail(case, "duplicate RANK: process %d exit %s: %r" % (i, p.returncode, err[-300:]))
+    if not any(f.startswith(case + ": duplicate") for f in FAILURES):
+        print("ok duplicate RANK: all three exit 3 naming the claim", flush=True)
+
+
 CASES = {
     "ipc_flood": lambda: case_ipc("ipc_flood", "flood"),
     "ipc_inject": lambda: case_ipc("ipc_inject", "inject"),
     "faults_still": case_faults_still,
+    "torchrun_env": case_torchrun_env,
 }
 
 
