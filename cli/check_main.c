@@ -14,6 +14,7 @@
 #include "report/gather.h"
 #include "bench.h"
 #include "options.h"
+#include "sweep.h"
 #include "report/report.h"
 
 int dptp_check_main(int argc, char **argv);
@@ -53,6 +54,57 @@ static int status_exit(enum dptp_status s)
 	case DPTP_TIMEOUT: return EXIT_TIMEOUT;
 	}
 	return EXIT_ENV;
+}
+
+/* Runs the checks selected in o, in lockstep on every rank; returns how
+ * many results res[] holds. */
+size_t dptp_cli_run_checks(const struct dptp_options *o, struct dptp_ctx *c, struct dptp_check_result *res)
+{
+	size_t nres = 0;
+	for (int i = 0; i < dptp_nchecks; i++) {
+		if (!(o->checks & (1u << i)))
+			continue;
+		struct dptp_check_result *r = &res[nres++];
+		bool runs = !c->x.broken;
+		if (runs)
+			maybe_stall(c, dptp_checks[i]->name);
+		dptp_check_run(dptp_checks[i], c, o->timeout, r);
+		if (runs && (o->verbose || r->status >= DPTP_ERROR))
+			fprintf(stderr, "dptp-check: rank %d: %s %s (%.4f s) %s\n", c->rank, r->name,
+				dptp_status_name(r->status), r->seconds, r->detail);
+	}
+	return nres;
+}
+
+/* Rank 0 publishes its exit code, the others wait for it up to `wait`
+ * seconds (no rank leaves, which makes launchers kill its siblings, before
+ * rank 0 has written). Returns the code every rank exits with. */
+int dptp_cli_share_verdict(struct dptp_bootstrap *b, int code, bool broken, double wait)
+{
+	int32_t shared = code;
+	if (b->rank == 0) {
+		dptp_bootstrap_publish(b, "dptp.verdict", &shared, sizeof(shared), NULL);
+		return code;
+	}
+	void *v = NULL;
+	size_t vl = 0;
+	if (dptp_fetch_published(b, 0, "dptp.verdict", dptp_now() + wait, &v, &vl, NULL) == 0 &&
+	    vl == sizeof(shared))
+		memcpy(&shared, v, sizeof(shared));
+	else if (broken)
+		shared = EXIT_TIMEOUT;
+	free(v);
+	return shared;
+}
+
+/* The mechanism each check tests, named beside a failure in JSON. */
+void dptp_cli_fill_mech(struct dptp_report *rep)
+{
+	for (size_t d = 0; d < rep->nreplicas; d++)
+		for (size_t k = 0; k < rep->replicas[d].nchecks; k++) {
+			int id = dptp_check_lookup(rep->replicas[d].checks[k].name);
+			rep->replicas[d].checks[k].mech = id >= 0 ? dptp_checks[id]->mech : NULL;
+		}
 }
 
 int dptp_check_main(int argc, char **argv)
@@ -101,6 +153,8 @@ int dptp_check_main(int argc, char **argv)
 		.seed = o.seed, .eps = o.eps, .timeout = o.timeout,
 		.faults = o.inject, .cuda = cuda,
 	};
+	if (o.layouts)
+		return dptp_check_sweep(&o, b, &p);
 	struct dptp_ctx c;
 	int rc = dptp_ctx_init(&c, b, &p, &err);
 	if (rc < 0) {
@@ -110,18 +164,10 @@ int dptp_check_main(int argc, char **argv)
 			fprintf(stderr, "dptp-check: %s\n", err.msg);
 		else if (!usage)
 			fprintf(stderr, "dptp-check: rank %d: %s\n", b->rank, err.msg);
-		if (usage) {
-			/* no rank leaves before rank 0 has said why (a launcher
-			 * tears the job down at the first exit) */
-			int32_t v = EXIT_USAGE;
-			void *got = NULL;
-			size_t gl = 0;
-			if (b->rank == 0)
-				dptp_bootstrap_publish(b, "dptp.verdict", &v, sizeof(v), NULL);
-			else
-				dptp_fetch_published(b, 0, "dptp.verdict", dptp_now() + 5, &got, &gl, NULL);
-			free(got);
-		}
+		/* no rank leaves before rank 0 has said why (a launcher tears
+		 * the job down at the first exit) */
+		if (usage)
+			dptp_cli_share_verdict(b, EXIT_USAGE, false, 5);
 		dptp_ctx_release(&c);
 		dptp_bootstrap_destroy(b);
 		return usage ? EXIT_USAGE : (rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV);
@@ -131,20 +177,8 @@ int dptp_check_main(int argc, char **argv)
 
 	/* run the selected checks, in lockstep on every rank */
 	struct dptp_check_result res[DPTP_MAX_CHECKS];
-	size_t nres = 0;
 	memset(res, 0, sizeof(res));
-	for (int i = 0; i < dptp_nchecks; i++) {
-		if (!(o.checks & (1u << i)))
-			continue;
-		struct dptp_check_result *r = &res[nres++];
-		bool runs = !c.x.broken;
-		if (runs)
-			maybe_stall(&c, dptp_checks[i]->name);
-		dptp_check_run(dptp_checks[i], &c, o.timeout, r);
-		if (runs && (o.verbose || r->status >= DPTP_ERROR))
-			fprintf(stderr, "dptp-check: rank %d: %s %s (%.4f s) %s\n", c.rank, r->name,
-				dptp_status_name(r->status), r->seconds, r->detail);
-	}
+	size_t nres = dptp_cli_run_checks(&o, &c, res);
 
 	/* gather to rank 0 and write the report; a rank that lost lockstep
 	 * only waits briefly, so the job still ends within the timeout */
@@ -160,12 +194,7 @@ int dptp_check_main(int argc, char **argv)
 	rep.inject = inject;
 	double gather_timeout = c.x.broken ? 0.3 : o.timeout;
 	rc = dptp_gather_results(b, &c.layout, res, nres, gather_timeout, &rep, &err);
-	/* the mechanism each check tests, named beside a failure in JSON */
-	for (size_t d = 0; d < rep.nreplicas; d++)
-		for (size_t k = 0; k < rep.replicas[d].nchecks; k++) {
-			int id = dptp_check_lookup(rep.replicas[d].checks[k].name);
-			rep.replicas[d].checks[k].mech = id >= 0 ? dptp_checks[id]->mech : NULL;
-		}
+	dptp_cli_fill_mech(&rep);
 	int code;
 	enum dptp_status worst = DPTP_PASS;
 	for (size_t k = 0; k < nres; k++)
@@ -186,26 +215,10 @@ int dptp_check_main(int argc, char **argv)
 		}
 		fflush(stdout);
 	}
-	/* the verdict is the same on every rank, and no rank leaves (which
-	 * makes launchers kill its siblings) before rank 0 has written */
+	/* the verdict is the same on every rank; longer than rank 0 may spend
+	 * gathering, so that it has written */
 	bool was_broken = c.x.broken;
-	int32_t shared = code;
-	struct dptp_err e2 = {0};
-	/* longer than rank 0 may spend gathering, so that it has written */
-	double wait = gather_timeout + (c.x.broken ? 1.0 : 5.0);
-	if (c.rank == 0) {
-		dptp_bootstrap_publish(b, "dptp.verdict", &shared, sizeof(shared), &e2);
-	} else {
-		void *v = NULL;
-		size_t vl = 0;
-		if (dptp_fetch_published(b, 0, "dptp.verdict", dptp_now() + wait, &v, &vl, &e2) == 0 &&
-		    vl == sizeof(shared))
-			memcpy(&shared, v, sizeof(shared));
-		else if (was_broken)
-			shared = EXIT_TIMEOUT;
-		free(v);
-		code = shared;
-	}
+	code = dptp_cli_share_verdict(b, code, was_broken, gather_timeout + (was_broken ? 1.0 : 5.0));
 	for (size_t k = 0; k < nres; k++)
 		free(res[k].detail);
 	dptp_report_release(&rep);

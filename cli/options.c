@@ -71,6 +71,10 @@ static const struct opt_row table[] = {
 	  KIND_CHOICE, OFF(format), 0, 0, 0, false, format_choices },
 	{ "output", 0, "FILE", "write the report to FILE, atomically (default stdout)",
 	  KIND_STRING, OFF(output), 0, 0, 0, false, NULL },
+	{ "layouts", 0, "all|DPxPPxTP,...", "run the checks over every (dp, pp, tp) factorisation of the world, "
+	  "or over the listed ones, regrouping without a relaunch, and print a layout x replica matrix; "
+	  "not with --dp, --tp, --pp or --bench",
+	  KIND_STRING, OFF(layouts), 0, 0, 0, false, NULL },
 	{ "bench", 0, NULL, "also time fused vs unfused allreduce over a token sweep",
 	  KIND_FLAG, OFF(bench), 0, 0, 0, false, NULL },
 	{ "list", 0, NULL, "list the checks and faults, then exit",
@@ -345,6 +349,62 @@ int dptp_options_parse(struct dptp_options *o, int argc, char **argv, struct dpt
 	}
 	if (optind < argc)
 		return dptp_err_set(err, -EINVAL, "unexpected argument '%s'", argv[optind]);
+	if (o->layouts) {
+		int lay[DPTP_MAX_LAYOUTS][3], n = 0;
+		DPTP_TRY(dptp_layouts_parse(o->layouts, 0, lay, DPTP_MAX_LAYOUTS, &n, err));
+		if (o->dp || o->tp || o->pp)
+			return dptp_err_set(err, -EINVAL, "--layouts cannot be combined with --dp, --tp or --pp "
+					    "(it chooses the layouts itself)");
+		if (o->bench)
+			return dptp_err_set(err, -EINVAL, "--layouts cannot be combined with --bench");
+	}
+	return 0;
+}
+
+int dptp_layouts_parse(const char *s, int world, int (*out)[3], int max, int *n, struct dptp_err *err)
+{
+	*n = 0;
+	if (strcmp(s, "all") == 0) {
+		for (int dp = world; world > 0 && dp >= 1; dp--)
+			for (int pp = world / dp; world % dp == 0 && pp >= 1; pp--)
+				if ((world / dp) % pp == 0 && *n < max) {
+					out[*n][0] = dp;
+					out[*n][1] = pp;
+					out[*n][2] = world / dp / pp;
+					(*n)++;
+				}
+		return 0;
+	}
+	const char *p = s;
+	for (;;) {
+		size_t len = strcspn(p, ",");
+		char part[64];
+		int v[3];
+		char tail;
+		if (len == 0 || len >= sizeof(part))
+			return dptp_err_set(err, -EINVAL, "invalid value '%s' for --layouts: empty or over-long layout", s);
+		memcpy(part, p, len);
+		part[len] = 0;
+		bool ok = strspn(part, "0123456789x") == len && part[0] != '0' && !strstr(part, "x0") &&
+			  sscanf(part, "%dx%dx%d%c", &v[0], &v[1], &v[2], &tail) == 3;
+		for (int k = 0; ok && k < 3; k++)
+			ok = v[k] >= 1 && v[k] <= 4096;
+		if (!ok)
+			return dptp_err_set(err, -EINVAL, "invalid value '%s' for --layouts: '%s' is not DPxPPxTP "
+					    "(three sizes 1..4096, e.g. 2x1x2)", s, part);
+		if (world > 0 && v[0] * v[1] * v[2] != world)
+			return dptp_err_set(err, -EINVAL, "--layouts %s: dp %d x pp %d x tp %d = %d, but the world size is %d",
+					    part, v[0], v[1], v[2], v[0] * v[1] * v[2], world);
+		for (int i = 0; i < *n; i++)
+			if (out[i][0] == v[0] && out[i][1] == v[1] && out[i][2] == v[2])
+				return dptp_err_set(err, -EINVAL, "invalid value '%s' for --layouts: '%s' given twice", s, part);
+		if (*n >= max)
+			return dptp_err_set(err, -EINVAL, "invalid value '%s' for --layouts: more than %d layouts", s, max);
+		memcpy(out[(*n)++], v, sizeof(v));
+		if (!p[len])
+			break;
+		p += len + 1;
+	}
 	return 0;
 }
 

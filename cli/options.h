@@ -33,6 +33,7 @@ struct dptp_options {
 	double eps;                  /* RMSNorm epsilon, default 1e-6 */
 	enum dptp_format format;     /* default text */
 	const char *output;          /* NULL: stdout */
+	const char *layouts;         /* --layouts: "all" or "DPxPPxTP,..."; NULL: one layout */
 	bool bench;
 	bool list;
 	int verbose;
@@ -48,6 +49,13 @@ void dptp_options_init(struct dptp_options *o);
  * 2). Does not print, does not exit. Resets getopt state, so it can be
  * called repeatedly (tests do). */
 int dptp_options_parse(struct dptp_options *o, int argc, char **argv, struct dptp_err *err);
+
+/* --layouts: "all" (every (dp, pp, tp) with dp*pp*tp = world, dp
+ * descending, then pp) or "DPxPPxTP,...". Fills out[] (room for max) and *n.
+ * world 0 checks the syntax only; otherwise each listed layout must
+ * multiply to world. Returns 0 or -EINVAL naming the bad part. */
+int dptp_layouts_parse(const char *s, int world, int (*out)[3], int max, int *n, struct dptp_err *err);
+#define DPTP_MAX_LAYOUTS 64
 
 /* --help text, generated from the option table. */
 void dptp_options_usage(FILE *f);

@@ -211,6 +211,29 @@ static void test_bad_numbers(void **state)
 	BAD("invalid value '1e-6x' for --eps: not a number", "--eps", "1e-6x");
 }
 
+static void test_layouts(void **state)
+{
+	BAD("--layouts cannot be combined with --dp, --tp or --pp (it chooses the layouts itself)",
+	    "--layouts", "all", "--tp", "2");
+	BAD("--layouts cannot be combined with --bench", "--layouts", "2x1x2", "--bench");
+	BAD("invalid value '2x1' for --layouts: '2x1' is not DPxPPxTP (three sizes 1..4096, e.g. 2x1x2)",
+	    "--layouts", "2x1");
+	BAD("invalid value '2x01x1' for --layouts: '2x01x1' is not DPxPPxTP (three sizes 1..4096, e.g. 2x1x2)",
+	    "--layouts", "2x01x1");
+	BAD("invalid value '2x1x2,2x1x2' for --layouts: '2x1x2' given twice", "--layouts", "2x1x2,2x1x2");
+	BAD("invalid value '2x1x2,' for --layouts: empty or over-long layout", "--layouts", "2x1x2,");
+	int lay[DPTP_MAX_LAYOUTS][3], n = 0;
+	struct dptp_err err = {0};
+	assert_int_equal(dptp_layouts_parse("all", 4, lay, DPTP_MAX_LAYOUTS, &n, &err), 0);
+	assert_int_equal(n, 6);
+	assert_int_equal(lay[0][0], 4);
+	assert_int_equal(lay[5][2], 4);
+	assert_int_equal(dptp_layouts_parse("all", 8, lay, DPTP_MAX_LAYOUTS, &n, &err), 0);
+	assert_int_equal(n, 10);
+	assert_int_equal(dptp_layouts_parse("2x2x2", 4, lay, DPTP_MAX_LAYOUTS, &n, &err), -EINVAL);
+	assert_string_equal(err.msg, "--layouts 2x2x2: dp 2 x pp 2 x tp 2 = 8, but the world size is 4");
+}
+
 static void test_bad_names(void **state)
 {
 	BAD("invalid value 'foo' for --checks: unknown check 'foo' (see --list)", "--checks", "foo");
@@ -329,6 +352,7 @@ int main(void)
 		cmocka_unit_test(test_values),
 		cmocka_unit_test(test_bad_numbers),
 		cmocka_unit_test(test_bad_names),
+		cmocka_unit_test(test_layouts),
 		cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_usage),

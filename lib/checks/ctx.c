@@ -96,6 +96,7 @@ int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dpt
 	dptp_exchange_init(&c->x, b, dptp_fault_on(p->faults, DPTP_FAULT_BCAST_GLOBAL_SRC));
 	c->x.root_by_local_rank = dptp_fault_on(p->faults, DPTP_FAULT_ROOT_BY_LOCAL_RANK);
 	c->x.deadline = dptp_now() + p->timeout;
+	c->x.seq = p->xseq;
 
 	int world = b->size;
 	c->peers = calloc((size_t)world, sizeof(*c->peers));

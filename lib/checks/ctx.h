@@ -22,6 +22,8 @@ struct dptp_params {
 	double timeout;          /* per check, seconds */
 	dptp_fault_set faults;
 	bool cuda;               /* data plane and workspace on GPUs */
+	uint64_t xseq;           /* exchange sequence to continue from: a later
+				  * context of the same job (--layouts) uses fresh keys */
 };
 
 struct dptp_ctx {

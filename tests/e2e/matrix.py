@@ -201,6 +201,62 @@ LAYOUTS = {
 }
 
 
+def finish(failures, n, what):
+    for f in failures:
+        print("FAIL:", f)
+    print("%d %s, %d problems" % (n, what, len(failures)))
+    return 1 if failures else 0
+
+
+def sweep(args):
+    """--layouts all on world 4 and 8, each fault alone: every layout's report
+    matches the derivation, and the matrix matches the reports."""
+    failures = []
+    n = 0
+    for world in (4, 8):
+        for fault in [None] + FAULTS:
+            name = "sweep world %d %s" % (world, fault or "no-fault")
+            with tempfile.TemporaryDirectory() as d:
+                out = os.path.join(d, "r.json")
+                cmd = launch_cmd(args, world) + [args.check, "--layouts", "all", "--format", "json",
+                                                 "--output", out] + SMALL
+                if fault:
+                    cmd += ["--inject", fault]
+                t0 = time.monotonic()
+                p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, NO_COLOR="1"),
+                                   timeout=300)
+                dt = time.monotonic() - t0
+                n += 1
+                if not os.path.exists(out):
+                    failures.append("%s: no report (rc %d): %s" % (name, p.returncode, p.stderr[-500:]))
+                    continue
+                with open(out) as f:
+                    sw = json.load(f)
+            before = len(failures)
+            want_n = sum(1 for a in range(1, world + 1) for b in range(1, world + 1)
+                         if world % a == 0 and (world // a) % b == 0)
+            if len(sw["layouts"]) != want_n or len(sw["matrix"]) != want_n:
+                failures.append("%s: %d layouts, want %d" % (name, len(sw["layouts"]), want_n))
+            anyfail = False
+            for rep, row in zip(sw["layouts"], sw["matrix"]):
+                dp, pp, tp = rep["layout"]["dp"], rep["layout"]["pp"], rep["layout"]["tp"]
+                lname = "%s layout %dx%dx%d" % (name, dp, pp, tp)
+                if (row["dp"], row["pp"], row["tp"]) != (dp, pp, tp):
+                    failures.append("%s: matrix row %r" % (lname, row))
+                verify(lname, rep, expected(dp, pp, tp, fault), failures)
+                for r, cell in zip(rep["replicas"], row["replicas"]):
+                    bad = [c["name"] for c in r["checks"] if c["status"] in ("fail", "error", "timeout")]
+                    anyfail |= any(c["status"] == "fail" for c in r["checks"])
+                    if bad != cell["failing"]:
+                        failures.append("%s: matrix dp%d lists %r, the report %r" % (lname, r["dp"], cell["failing"], bad))
+            if p.returncode != (1 if anyfail else 0):
+                failures.append("%s: exit %d" % (name, p.returncode))
+            if fault is None and sw["visible"] != "no check failed in any of the %d layouts" % want_n:
+                failures.append("%s: visible says %r" % (name, sw["visible"]))
+            print("%-40s %s %.2fs" % (name, "ok" if len(failures) == before else "FAILED", dt), flush=True)
+    return finish(failures, n, "sweeps")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", required=True)
@@ -208,7 +264,10 @@ def main():
     ap.add_argument("--run")
     ap.add_argument("--layouts", default="dp2tp2,dp4tp2,dp2tp4,dp2pp2tp2,dp1tp4,dp4tp1")
     ap.add_argument("--faults", help="comma-separated subset of the faults (default: all, and no fault)")
+    ap.add_argument("--sweep", action="store_true", help="--layouts all on worlds 4 and 8 instead")
     args = ap.parse_args()
+    if args.sweep:
+        return sweep(args)
     failures = []
     n = 0
     for lname in args.layouts.split(","):
@@ -233,10 +292,7 @@ def main():
             if rep["inject"] != ([fault] if fault else []):
                 failures.append("%s: inject %r" % (name, rep["inject"]))
             print("%-28s %s %.2fs" % (name, "ok" if len(failures) == before else "FAILED", dt), flush=True)
-    for f in failures:
-        print("FAIL:", f)
-    print("%d runs, %d problems" % (n, len(failures)))
-    return 1 if failures else 0
+    return finish(failures, n, "runs")
 
 
 if __name__ == "__main__":
