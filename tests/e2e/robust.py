@@ -73,6 +73,24 @@ def main():
                 problems.append("two jobs: job %d: %s" % (j, open(out).read()[:400]))
         print("two concurrent jobs: done")
 
+    # 2b. every fault at once: still bounded, still a report, exit 1
+    for np_, lay in ((4, ["--dp", "2", "--tp", "2"]), (8, ["--dp", "2", "--pp", "2", "--tp", "2"])):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "r.json")
+            t0 = time.monotonic()
+            p = subprocess.run(launch_cmd(args, np_) + [args.check] + lay +
+                               ["--inject", "all", "--timeout", "10", "--tokens", "8", "--hidden", "64",
+                                "--format", "json", "--output", out],
+                               capture_output=True, text=True, env=env, timeout=120)
+            dt = time.monotonic() - t0
+            if not os.path.exists(out):
+                problems.append("inject all %s: no report (exit %d): %s" % (lay, p.returncode, p.stderr[-400:]))
+            else:
+                s = json.load(open(out))["summary"]
+                if p.returncode != 1 or s["fail"] == 0 or s["timeout"] or s["error"]:
+                    problems.append("inject all %s: exit %d, summary %r" % (lay, p.returncode, s))
+            print("inject all on %d ranks: exit %d in %.2fs" % (np_, p.returncode, dt))
+
     # 3. layout that doesn't match the world
     p = subprocess.run(launch_cmd(args, 4) + [args.check, "--dp", "3", "--tp", "2"],
                        capture_output=True, text=True, env=env, timeout=60)
