@@ -104,13 +104,13 @@ static const char help_text[] =
 "\n"
 "options:\n"
 "  -h, --help            show this help message and exit\n"
-"  --nnodes NNODES       Number of nodes, or MIN:MAX with MIN == MAX (elastic\n"
-"                        ranges are refused).\n"
+"  --nnodes NNODES       Number of nodes, or the range of nodes in form\n"
+"                        <minimum_nodes>:<maximum_nodes> (elastic: c10d).\n"
 "  --nproc-per-node NPROC_PER_NODE, --nproc_per_node NPROC_PER_NODE\n"
 "                        Number of workers per node; supported values: [auto,\n"
 "                        cpu, gpu, int].\n"
 "  --rdzv-backend RDZV_BACKEND, --rdzv_backend RDZV_BACKEND\n"
-"                        Rendezvous backend (static; c10d, etcd, etcd-v2 on a\n"
+"                        Rendezvous backend (static, c10d; etcd, etcd-v2 on a\n"
 "                        single node only).\n"
 "  --rdzv-endpoint RDZV_ENDPOINT, --rdzv_endpoint RDZV_ENDPOINT\n"
 "                        Rendezvous backend endpoint; usually in form\n"
@@ -499,8 +499,6 @@ static enum run_args_result parse_nnodes(struct parse *p, struct run_opts *o)
 	}
 	if (a <= 0 || a > b || b > 65535)
 		return usage_error(p->errs, "nnodes=%s: need 0 < MIN <= MAX", v);
-	if (a != b)
-		return usage_error(p->errs, "elastic --nnodes=%s is not supported; use --nnodes=%lld (a fixed node count)", v, b);
 	o->min_nodes = (unsigned)a;
 	o->max_nodes = (unsigned)b;
 	return RUN_ARGS_OK;
@@ -508,11 +506,57 @@ bad:
 	return usage_error(p->errs, "nnodes=%s is not in \"MIN:MAX\" format", v);
 }
 
+/* The c10d keys (dynamic_rendezvous.create_handler, c10d backend), with
+ * RendezvousParameters' get_as_int / get_as_bool rules and messages. */
+static enum run_args_result c10d_conf_key(struct parse *p, struct run_opts *o, const char *key, const char *val)
+{
+	static const struct { const char *key; size_t off; const char *what; } ints[] = {
+		{"join_timeout", offsetof(struct run_opts, c10d.join), "join"},
+		{"last_call_timeout", offsetof(struct run_opts, c10d.last_call), "last_call"},
+		{"close_timeout", offsetof(struct run_opts, c10d.close), "close"},
+		{"heartbeat_timeout", offsetof(struct run_opts, c10d.heartbeat), "heartbeat"},
+		{"keep_alive_interval", offsetof(struct run_opts, c10d.keep_alive_interval), "keep-alive interval"},
+		{"keep_alive_max_attempt", offsetof(struct run_opts, c10d.keep_alive_max_attempt), "keep-alive attempt count"},
+		{"read_timeout", offsetof(struct run_opts, c10d.read), "read"},
+	};
+	long long v;
+	if (!strcmp(key, "is_host")) {
+		static const char *const yes[] = {"1", "true", "t", "yes", "y"}, *const no[] = {"0", "false", "f", "no", "n"};
+		for (size_t i = 0; i < 5; i++) {
+			if (!strcasecmp(val, yes[i]))
+				o->c10d.is_host = 1;
+			if (!strcasecmp(val, no[i]))
+				o->c10d.is_host = 0;
+		}
+		if (o->c10d.is_host < 0)
+			return usage_error(p->errs, "The rendezvous configuration option '%s' does not represent a valid boolean value.", key);
+		return RUN_ARGS_OK;
+	}
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+		if (strcmp(key, ints[i].key))
+			continue;
+		if (py_int(val, &v) < 0)
+			return usage_error(p->errs, "The rendezvous configuration option '%s' does not represent a valid integer value.", key);
+		if (v <= 0 || v > 86400 * 365)
+			return usage_error(p->errs, "The %s timeout (%s s) must be positive.", ints[i].what, val);
+		*(unsigned *)((char *)o + ints[i].off) = (unsigned)v;
+	}
+	return RUN_ARGS_OK;
+}
+
 static enum run_args_result parse_rdzv_conf(struct parse *p, struct run_opts *o)
 {
 	char *dup = strdup(p->val[O_RDZV_CONF]), *save = NULL;
 	enum run_args_result r = RUN_ARGS_OK;
 	o->rdzv_timeout = 900;
+	o->c10d.join = 600;
+	o->c10d.last_call = 30;
+	o->c10d.close = 30;
+	o->c10d.heartbeat = 5;
+	o->c10d.keep_alive_interval = 5;
+	o->c10d.keep_alive_max_attempt = 3;
+	o->c10d.read = 60;
+	o->c10d.is_host = -1;
 	if (!dup)
 		return usage_error(p->errs, "out of memory");
 	char *s = dup;
@@ -541,6 +585,8 @@ static enum run_args_result parse_rdzv_conf(struct parse *p, struct run_opts *o)
 			r = usage_error(p->errs, "The rendezvous configuration option '%s' must have a value specified.", key);
 			goto out;
 		}
+		if ((r = c10d_conf_key(p, o, key, val)))
+			goto out;
 		if (!strcmp(key, "timeout")) {
 			long long t;
 			if (py_int(val, &t) < 0 || t <= 0 || t > INT_MAX) {
@@ -686,10 +732,15 @@ static enum run_args_result convert(struct parse *p, struct run_opts *o)
 		return r;
 	if (o->node_rank >= o->max_nodes)
 		return usage_error(p->errs, "node_rank=%u must be smaller than nnodes=%u", o->node_rank, o->max_nodes);
-	if (o->max_nodes > 1) {
-		if (o->standalone || strcmp(o->rdzv_backend, "static"))
-			return usage_error(p->errs, "--rdzv-backend=%s with --nnodes=%u is not supported; use the static rendezvous (--nnodes N --node-rank K --master-addr A --master-port P), or srun --mpi=pmix / mpirun",
-				o->standalone ? "c10d (--standalone)" : o->rdzv_backend, o->max_nodes);
+	if (o->max_nodes > 1 || o->min_nodes != o->max_nodes) {
+		if (o->standalone)
+			return usage_error(p->errs, "--standalone is one node; --nnodes=%s asks for more", p->val[O_NNODES]);
+		if (!strncmp(o->rdzv_backend, "etcd", 4))
+			return usage_error(p->errs, "--rdzv-backend=%s with --nnodes=%s is not supported; use --rdzv-backend=c10d (the same --rdzv-endpoint syntax, a TCPStore instead of etcd)",
+				o->rdzv_backend, p->val[O_NNODES]);
+		if (!strcmp(o->rdzv_backend, "static") && o->min_nodes != o->max_nodes)
+			return usage_error(p->errs, "elastic --nnodes=%s needs --rdzv-backend=c10d; the static rendezvous has a fixed node count",
+				p->val[O_NNODES]);
 	}
 	return RUN_ARGS_OK;
 }

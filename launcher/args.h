@@ -29,6 +29,12 @@ struct run_opts {
 	const char *rdzv_id;
 	const char *rdzv_conf;
 	unsigned rdzv_timeout; /* static "timeout", seconds */
+	/* c10d's --rdzv-conf keys (torch's defaults), seconds; is_host -1
+	 * when not given */
+	struct {
+		unsigned join, last_call, close, heartbeat, keep_alive_interval, keep_alive_max_attempt, read;
+		int is_host;
+	} c10d;
 	bool standalone;
 	unsigned max_restarts;
 	double monitor_interval;

@@ -141,12 +141,12 @@ static void close_clients(struct rendezvous *r)
 	r->agent = r->ext = NULL;
 }
 
-static void common_shutdown(struct rendezvous *r)
+void rdzv_common_shutdown(struct rendezvous *r)
 {
 	close_clients(r);
 	/* node 0: the other nodes may still be reading the exit barrier's
 	 * reply; give them up to 5 s to hang up before the store goes */
-	if (r->multi && r->server) {
+	if (r->multi && r->server && !r->no_grace) {
 		double until = dptp_now() + 5.0;
 		while (dptp_tcpstore_server_nclients(r->server) > 0 && dptp_now() < until) {
 			struct timespec ts = {0, 10 * 1000 * 1000};
@@ -162,7 +162,7 @@ static void common_shutdown(struct rendezvous *r)
 
 static const struct rendezvous_ops single_ops = {
 	.next = single_next,
-	.shutdown = common_shutdown,
+	.shutdown = rdzv_common_shutdown,
 };
 
 /* ---- static, several nodes ---------------------------------------------- */
@@ -212,15 +212,16 @@ static int connect_clients(struct rendezvous *r, struct dptp_err *err)
 	const struct run_opts *o = r->opts;
 	struct dptp_tcpstore_client_opts co = {
 		.host = r->master_addr, .port = (uint16_t)r->master_port,
-		.timeout = o->rdzv_timeout, .add_init = true,
+		.timeout = o->rdzv_timeout, .add_init = true, .abort_fd = &r->abort_fd,
 	};
 	struct dptp_err e = {0};
-	if (dptp_tcpstore_client_create(&co, &r->agent, &e) < 0)
-		return dptp_err_set(err, -ECONNREFUSED, "node %u cannot reach the store of node 0 at %s:%u: %s",
-			o->node_rank, r->master_addr, r->master_port, e.msg);
-	co.add_init = false; /* dptp-run's own connection does not count as a node */
-	if (dptp_tcpstore_client_create(&co, &r->ext, &e) < 0)
-		return dptp_err_set(err, -ECONNREFUSED, "node %u cannot reach the store of node 0 at %s:%u: %s",
+	int rc = dptp_tcpstore_client_create(&co, &r->agent, &e);
+	if (rc == 0) {
+		co.add_init = false; /* dptp-run's own connection does not count as a node */
+		rc = dptp_tcpstore_client_create(&co, &r->ext, &e);
+	}
+	if (rc < 0)
+		return dptp_err_set(err, rc == -EINTR ? rc : -ECONNREFUSED, "node %u cannot reach the store of node 0 at %s:%u: %s",
 			o->node_rank, r->master_addr, r->master_port, e.msg);
 	if (dptp_tcpstore_client_push_prefix(r->agent, r->run_id) < 0 ||
 	    dptp_tcpstore_client_push_prefix(r->ext, r->run_id) < 0)
@@ -250,11 +251,94 @@ static int clear_worker_keys(struct rendezvous *r, struct dptp_err *err)
 	return rc;
 }
 
+/* torchrun's node 0 in _assign_worker_ranks: MULTI_GET every role_info,
+ * ranks in group-rank order (role ranks per role), MULTI_SET every
+ * assigned_ranks. clear: drop the last attempt's worker keys in between
+ * (static, where the workers share this store). */
+static int node0_assign(struct rendezvous *r, struct dptp_tcpstore_client *c, unsigned n, bool clear,
+	struct dptp_err *err)
+{
+	unsigned *lws = calloc(n, sizeof(*lws)), global = 0, base = 0;
+	char (*roles)[160] = calloc(n, sizeof(*roles));
+	char **keys = calloc(n, sizeof(*keys));
+	struct dptp_tcpstore_buf *vals = calloc(n, sizeof(*vals)), *bufs = NULL;
+	int rc = 0;
+	if (!lws || !roles || !vals || !keys)
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+	for (unsigned i = 0; rc == 0 && i < n; i++)
+		if (!(keys[i] = malloc(96)))
+			rc = dptp_err_set(err, -ENOMEM, "out of memory");
+		else
+			snprintf(keys[i], 96, RI_PREFIX "%u", i);
+	if (rc == 0)
+		rc = dptp_tcpstore_client_multi_get(c, (const char *const *)keys, n, &bufs, err);
+	for (unsigned i = 0; rc == 0 && i < n; i++) {
+		rc = parse_role_info(&bufs[i], i, roles[i], sizeof(roles[i]), &lws[i], err);
+		global += lws[i];
+	}
+	if (rc == 0 && clear)
+		rc = clear_worker_keys(r, err);
+	for (unsigned i = 0; rc == 0 && i < n; i++) {
+		unsigned rsize = 0, rbase = 0;
+		for (unsigned j = 0; j < n; j++)
+			if (!strcmp(roles[j], roles[i])) {
+				rsize += lws[j];
+				if (j < i)
+					rbase += lws[j];
+			}
+		char v[96];
+		snprintf(v, sizeof(v), "[%u, %u, %u, %u]", base, global, rbase, rsize);
+		snprintf(keys[i], 96, AR_PREFIX "%u", i);
+		if (!(vals[i].data = (uint8_t *)strdup(v))) {
+			rc = dptp_err_set(err, -ENOMEM, "out of memory");
+			break;
+		}
+		vals[i].len = strlen(v);
+		base += lws[i];
+	}
+	if (rc == 0)
+		rc = dptp_tcpstore_client_multi_set(c, (const char *const *)keys, vals, n, err);
+	if (vals)
+		dptp_tcpstore_bufs_free(vals, n);
+	if (bufs)
+		dptp_tcpstore_bufs_free(bufs, n);
+	if (keys)
+		dptp_tcpstore_keys_free(keys, n);
+	free(lws);
+	free(roles);
+	return rc;
+}
+
+static void role_info_value(const struct rendezvous *r, unsigned me, char *val, size_t len)
+{
+	char role[160];
+	rdzv_json_str(r->opts->role, role, sizeof(role));
+	snprintf(val, len, "{\"role\": %s, \"rank\": %u, \"local_world_size\": %u}", role, me, r->opts->nproc);
+}
+
+int rdzv_assign_ranks(struct rendezvous *r, struct dptp_tcpstore_client *c, unsigned me, unsigned n, unsigned rk[4],
+	struct dptp_err *err)
+{
+	char key[96], val[512];
+	struct dptp_tcpstore_buf mine = {0};
+	int rc;
+	role_info_value(r, me, val, sizeof(val));
+	snprintf(key, sizeof(key), RI_PREFIX "%u", me);
+	DPTP_TRY(dptp_tcpstore_client_set(c, key, val, strlen(val), err));
+	if (me == 0)
+		DPTP_TRY(node0_assign(r, c, n, false, err));
+	snprintf(key, sizeof(key), AR_PREFIX "%u", me);
+	if ((rc = dptp_tcpstore_client_get(c, key, &mine, err)) == 0)
+		rc = parse_ranks(&mine, rk, err);
+	free(mine.data);
+	return rc;
+}
+
 static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *out, struct dptp_err *err)
 {
 	const struct run_opts *o = r->opts;
 	unsigned me = o->node_rank, n = o->max_nodes, rk[4];
-	char key[256], val[512], role[160];
+	char key[256], val[512];
 	struct dptp_tcpstore_buf *bufs = NULL, mine = {0};
 	char **keys = NULL;
 	int rc = 0;
@@ -262,6 +346,7 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 
 	memset(out, 0, sizeof(*out));
 	r->attempt = restart;
+	r->barrier_n = n;
 	if (!r->agent) {
 		if (me == 0 && !r->server)
 			DPTP_TRY(store_up(r, err));
@@ -287,9 +372,8 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 	}
 
 	/* torchrun's _assign_worker_ranks, byte for byte */
-	rdzv_json_str(o->role, role, sizeof(role));
+	role_info_value(r, me, val, sizeof(val));
 	snprintf(key, sizeof(key), RI_PREFIX "%u", me);
-	snprintf(val, sizeof(val), "{\"role\": %s, \"rank\": %u, \"local_world_size\": %u}", role, me, o->nproc);
 	if ((rc = dptp_tcpstore_client_set(r->agent, key, val, strlen(val), err)) < 0)
 		goto out;
 	if (restart > 0 && r->was_dptp) {
@@ -306,55 +390,10 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 		node0_dptp = r->was_dptp[0];
 	}
 	if (me == 0) {
-		unsigned *lws = calloc(n, sizeof(*lws)), global = 0;
-		char (*roles)[160] = calloc(n, sizeof(*roles));
-		struct dptp_tcpstore_buf *vals = calloc(n, sizeof(*vals));
-		if (!lws || !roles || !vals) {
-			free(lws);
-			free(roles);
-			free(vals);
-			goto nomem;
-		}
-		for (unsigned i = 0; i < n; i++)
-			snprintf(keys[i], 96, RI_PREFIX "%u", i);
-		rc = dptp_tcpstore_client_multi_get(r->agent, (const char *const *)keys, n, &bufs, err);
-		for (unsigned i = 0; rc == 0 && i < n; i++) {
-			rc = parse_role_info(&bufs[i], i, roles[i], sizeof(roles[i]), &lws[i], err);
-			global += lws[i];
-		}
-		if (rc == 0 && restart > 0)
-			rc = clear_worker_keys(r, err);
-		unsigned base = 0;
-		for (unsigned i = 0; rc == 0 && i < n; i++) {
-			unsigned rsize = 0, rbase = 0;
-			for (unsigned j = 0; j < n; j++)
-				if (!strcmp(roles[j], roles[i])) {
-					rsize += lws[j];
-					if (j < i)
-						rbase += lws[j];
-				}
-			char v[96];
-			snprintf(v, sizeof(v), "[%u, %u, %u, %u]", base, global, rbase, rsize);
-			snprintf(keys[i], 96, AR_PREFIX "%u", i);
-			if (!(vals[i].data = (uint8_t *)strdup(v))) {
-				rc = dptp_err_set(err, -ENOMEM, "out of memory");
-				break;
-			}
-			vals[i].len = strlen(v);
-			base += lws[i];
-		}
-		if (rc == 0)
-			rc = dptp_tcpstore_client_multi_set(r->agent, (const char *const *)keys, vals, n, err);
-		if (rc == 0) {
-			snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
-			rc = dptp_tcpstore_client_set(r->ext, key, "1", 1, err);
-		}
-		dptp_tcpstore_bufs_free(vals, n);
-		dptp_tcpstore_bufs_free(bufs, n);
-		bufs = NULL;
-		free(lws);
-		free(roles);
-		if (rc < 0)
+		if ((rc = node0_assign(r, r->agent, n, restart > 0, err)) < 0)
+			goto out;
+		snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
+		if ((rc = dptp_tcpstore_client_set(r->ext, key, "1", 1, err)) < 0)
 			goto out;
 	} else if (restart > 0 && node0_dptp) {
 		/* the assigned_ranks of the last attempt are still there */
@@ -441,7 +480,7 @@ out:
 
 static const struct rendezvous_ops multi_ops = {
 	.next = multi_next,
-	.shutdown = common_shutdown,
+	.shutdown = rdzv_common_shutdown,
 };
 
 int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_err *err)
@@ -456,7 +495,7 @@ int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_er
 	if (!r->multi || !r->agent)
 		return 0;
 	DPTP_TRY(dptp_tcpstore_client_add(r->agent, nm, 1, &v, err));
-	if (v == (int64_t)r->opts->max_nodes)
+	if (v == (int64_t)r->barrier_n)
 		DPTP_TRY(dptp_tcpstore_client_set(r->agent, lm, "<val_ignored>", 13, err));
 	if (!watch)
 		return dptp_tcpstore_client_wait(r->agent, k1, 1, timeout, err);
@@ -495,8 +534,11 @@ int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_
 	memset(r, 0, sizeof(*r));
 	r->ops = &single_ops;
 	r->opts = o;
+	r->abort_fd = -1;
 	if (gethostname(r->hostname, sizeof(r->hostname) - 1) < 0)
 		snprintf(r->hostname, sizeof(r->hostname), "localhost");
+	if (!o->standalone && !strcmp(o->rdzv_backend, "c10d") && (o->max_nodes > 1 || o->min_nodes != o->max_nodes))
+		return rdzv_c10d_init(r, err);
 	if (o->standalone || strcmp(o->rdzv_backend, "static")) {
 		/* torchrun: c10d at localhost:0 with a uuid4 run id for
 		 * --standalone; on one node every backend reduces to this:

@@ -84,12 +84,35 @@ struct rendezvous {
 	bool *was_dptp; /* per node, from attempt 0 */
 	unsigned nnodes;
 	unsigned attempt;
+	unsigned barrier_n; /* nodes in the exit barrier */
 	char hostname[256];
+	/* a signalfd of the death signals (-1: none): every wait of the
+	 * rendezvous ends with -EINTR once one is pending */
+	int abort_fd;
+	bool info_log; /* LOGLEVEL=INFO: torch's INFO lines */
+	bool quick;    /* ended by a signal's default action: no close */
+	bool no_grace; /* ended by a signal: the store host does not wait for the others to hang up */
+	struct rdzv_c10d *c10d; /* c10d several nodes (rdzv_c10d.c) */
 };
 
 /* Picks the implementation for o (static single node, --standalone, c10d
  * on one node, static multi-node). Borrows o. */
 int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_err *err);
+
+/* c10d with several nodes or MIN:MAX (rdzv_c10d.c). */
+int rdzv_c10d_init(struct rendezvous *r, struct dptp_err *err);
+/* c10d, from the launcher's loop while workers run: sends the heartbeat
+ * when due and returns how many nodes wait for the next round (torch's
+ * num_nodes_waiting(); > 0 means re-rendezvous), 0 for other backends, or a
+ * negative errno. */
+int rendezvous_tick(struct rendezvous *r, struct dptp_err *err);
+
+/* Shared by the implementations: torchrun's _assign_worker_ranks for group
+ * rank me of n over c (role_info, node 0's MULTI_SET, own assigned_ranks
+ * as [base, world, role base, role world]), and the common shutdown. */
+int rdzv_assign_ranks(struct rendezvous *r, struct dptp_tcpstore_client *c, unsigned me, unsigned n, unsigned rk[4],
+	struct dptp_err *err);
+void rdzv_common_shutdown(struct rendezvous *r);
 
 /* Multi-node, after every local worker exited 0: torchrun's exit barrier
  * (terminal_state num_members / last_member, at most timeout s). Returns 0

@@ -35,7 +35,10 @@ struct worker {
 	struct log_stream out, err;
 };
 
-enum attempt_result { ATT_OK, ATT_FAILED, ATT_SIGNALLED, ATT_ERROR };
+/* ATT_REGROUP: nodes wait for the next round (c10d): restart the workers
+ * without counting it; ATT_RDZV_SIGNAL: a death signal during the
+ * rendezvous. */
+enum attempt_result { ATT_OK, ATT_FAILED, ATT_SIGNALLED, ATT_ERROR, ATT_REGROUP, ATT_RDZV_SIGNAL };
 
 struct job {
 	const struct run_opts *o;
@@ -49,6 +52,10 @@ struct job {
 	struct worker *w;
 	unsigned n, alive;
 	int sigfd;
+	int rdzv_sigfd;     /* the death signals only: the rendezvous' abort fd */
+	bool regroup;       /* nodes wait for the next round: workers stopped for it */
+	bool tick_failed;   /* a rendezvous tick failed (logged once) */
+	bool started_once;  /* workers were started (torch's signal handlers are on) */
 	char hostname[256];
 	unsigned restart_count;
 	struct failure *fail;
@@ -452,6 +459,21 @@ wait:;
 			if (pfd[k].revents)
 				log_stream_pump(map[k]);
 		reap(j); /* on SIGCHLD, and as the monitor-interval safety net */
+		/* after reap: a worker that failed meanwhile counts as a failure */
+		if (j->rdzv.c10d && j->alive && !j->stopping) {
+			struct dptp_err e = {0};
+			int waiting = rendezvous_tick(&j->rdzv, &e);
+			if (waiting > 0) {
+				if (j->info_log)
+					logmsg('I', "[%s] Detected %d new nodes from group_rank=%u; will restart worker group", j->o->role,
+						waiting, j->info.group_rank);
+				j->regroup = true;
+				begin_stop(j, SIGTERM);
+			} else if (waiting < 0 && !j->tick_failed) {
+				logmsg('W', "rendezvous heartbeat: %s", e.msg);
+				j->tick_failed = true;
+			}
+		}
 	}
 	for (unsigned i = 0; i < j->n; i++) {
 		log_stream_release(&j->w[i].out);
@@ -477,6 +499,16 @@ static void free_workers(struct job *j)
 	j->nfail = 0;
 }
 
+/* The death signal waiting in the signalfd (SIGCHLD skipped), or 0. */
+static int pending_signal(struct job *j)
+{
+	struct signalfd_siginfo si;
+	while (read(j->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+		if (si.ssi_signo != SIGCHLD)
+			return (int)si.ssi_signo;
+	return 0;
+}
+
 static enum attempt_result attempt(struct job *j)
 {
 	const struct run_opts *o = j->o;
@@ -489,10 +521,14 @@ static enum attempt_result attempt(struct job *j)
 	j->signal_received = 0;
 	j->alive = 0;
 	j->peer_failed = -1;
-	if (j->rdzv.ops->next(&j->rdzv, j->restart_count, &j->info, &err) < 0)
+	j->regroup = false;
+	int nrc = j->rdzv.ops->next(&j->rdzv, j->restart_count, &j->info, &err);
+	if (nrc == -EINTR && (j->signal_received = pending_signal(j)) > 0)
+		return ATT_RDZV_SIGNAL;
+	if (nrc < 0)
 		goto error;
 	phase("rendezvous done");
-	if (j->info.mixed && j->restart_count == 0)
+	if (j->info.mixed && j->restart_count == 0 && !j->rdzv.c10d)
 		logmsg('W', "not every node runs dptp-run: workers get no PMIx server (dptp-check then bootstraps from the torchrun environment)");
 	if (j->info.nodes && xnode_start(&j->xn, j->info.master_addr, j->info.master_port, j->info.dptp_prefix,
 		j->info.nodes, j->info.group_world_size, j->info.group_rank, o->rdzv_timeout, &j->srv, &err) < 0)
@@ -534,12 +570,17 @@ static enum attempt_result attempt(struct job *j)
 		goto out;
 	}
 	phase("workers started");
+	j->started_once = true;
 	monitor(j);
 	phase("workers done");
 	xnode_stop(j->xn); /* fences still pending fail: their workers are gone */
 	j->xn = NULL;
 	if (j->signal_received) {
 		res = ATT_SIGNALLED;
+		goto out;
+	}
+	if (j->regroup && j->nfail == 0) {
+		res = ATT_REGROUP;
 		goto out;
 	}
 	/* the siblings that ended badly once the first failure stopped them */
@@ -567,9 +608,30 @@ out:
 	return res;
 }
 
+/* A death signal while waiting for the other nodes. Before any worker ran,
+ * torchrun has no handler of its own yet: SIGINT ends it by
+ * KeyboardInterrupt, the others by their default action (status < 0: the
+ * caller re-raises it once everything is cleaned up). After, its handler
+ * raises SignalException: exit 1. */
+static void rdzv_signal_exit(struct job *j, int *status)
+{
+	logmsg('W', "Received %d death signal during the rendezvous, shutting down", j->signal_received);
+	j->rdzv.no_grace = true;
+	if (j->started_once) {
+		fprintf(stderr, "SignalException: Process %d got signal: %d\n", (int)getpid(), j->signal_received);
+		*status = 1;
+		return;
+	}
+	if (j->signal_received == SIGINT)
+		fputs("KeyboardInterrupt\n", stderr); /* torch's agent then still closes the rendezvous */
+	else
+		j->rdzv.quick = true;
+	*status = -j->signal_received;
+}
+
 int supervise_run(const struct run_opts *o)
 {
-	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .stop_timeout = 30.0};
+	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .rdzv_sigfd = -1, .stop_timeout = 30.0};
 	struct dptp_err err = {0};
 	sigset_t set;
 	int status = 1, rc;
@@ -608,12 +670,16 @@ int supervise_run(const struct run_opts *o)
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the launcher */
+	sigdelset(&set, SIGCHLD);
+	j.rdzv_sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 
 	if (rendezvous_init(&j.rdzv, o, &err) < 0 || log_dirs_init(&j.logs, o->log_dir, j.rdzv.run_id, &err) < 0 ||
 	    env_build_command(o, &j.cmd, &err) < 0) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		goto out;
 	}
+	j.rdzv.abort_fd = j.rdzv_sigfd;
+	j.rdzv.info_log = j.info_log;
 	phase("rendezvous, log dirs");
 	spawn_prepare();
 	if ((rc = run_guard_start(&j.guard)) < 0)
@@ -648,9 +714,19 @@ int supervise_run(const struct run_opts *o)
 			status = 0;
 			break;
 		}
+		if (r == ATT_REGROUP) { /* a membership change is no failure: not counted */
+			free_workers(&j);
+			pmix_srv_deregister_job(&j.srv);
+			continue;
+		}
+		if (r == ATT_RDZV_SIGNAL) {
+			rdzv_signal_exit(&j, &status);
+			break;
+		}
 		if (r == ATT_FAILED)
 			rendezvous_report_failure(&j.rdzv);
 		if (r == ATT_SIGNALLED) {
+			j.rdzv.no_grace = true;
 			fprintf(stderr, "SignalException: Process %d got signal: %d\n", (int)getpid(), j.signal_received);
 			break;
 		}
@@ -695,6 +771,17 @@ out:
 	env_command_release(&j.cmd);
 	if (j.sigfd >= 0)
 		close(j.sigfd);
+	if (j.rdzv_sigfd >= 0)
+		close(j.rdzv_sigfd);
 	phase("finalized");
+	if (status < 0) { /* torch had no handler yet: the signal's own end */
+		sigset_t one;
+		signal(-status, SIG_DFL);
+		sigemptyset(&one);
+		sigaddset(&one, -status);
+		raise(-status);
+		sigprocmask(SIG_UNBLOCK, &one, NULL);
+		return 128 - status;
+	}
 	return status;
 }

@@ -151,6 +151,9 @@ struct dptp_tcpstore_client_opts {
 	bool add_init;          /* send ADD "init/" 1 after the handshake, as a
 				 * torch TCPStore created with a world_size */
 	uint32_t ping_nonce;    /* PING nonce; 0 = getpid(), as torch */
+	const int *abort_fd;    /* NULL, or an fd (a signalfd): once it is
+				 * readable, connecting and every call end with
+				 * -EINTR (the connection is then broken) */
 };
 
 /* Connects (retrying with exponential backoff and jitter until the timeout),

@@ -30,7 +30,12 @@ struct dptp_tcpstore_client {
 	size_t prefix_len;
 	struct dptp_tcpstore_frame w;  /* request being built */
 	char peer[300];
+	int abort_fd; /* -1: none */
 };
+
+/* The abort fd of the client whose call is running on this thread: set by
+ * flush() and create(), read by the waits below (they only get the fd). */
+static __thread int cur_abort = -1;
 
 /* ---- request building ---------------------------------------------------- */
 
@@ -104,6 +109,8 @@ static int fail(struct dptp_tcpstore_client *c, int rc, struct dptp_err *err, co
 		return dptp_err_set(err, rc, "tcpstore %s: unexpected reply %s", c->peer, what);
 	case -ENOMEM:
 		return dptp_err_set(err, rc, "tcpstore %s: out of memory %s", c->peer, what);
+	case -EINTR:
+		return dptp_err_set(err, rc, "tcpstore %s: interrupted by a signal %s", c->peer, what);
 	default:
 		return dptp_err_set(err, rc, "tcpstore %s: %s %s", c->peer, strerror(-rc), what);
 	}
@@ -123,15 +130,17 @@ static int send_all(int fd, const void *buf, size_t n, double deadline)
 			continue;
 		if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
 			return errno == EPIPE ? -ECONNRESET : -errno;
-		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+		struct pollfd pfd[2] = {{.fd = fd, .events = POLLOUT}, {.fd = cur_abort, .events = POLLIN}};
 		int ms = remaining_ms(deadline);
 		if (ms == 0)
 			return -ETIMEDOUT;
-		int r = poll(&pfd, 1, ms);
+		int r = poll(pfd, cur_abort >= 0 ? 2 : 1, ms);
 		if (r < 0 && errno != EINTR)
 			return -errno;
 		if (r == 0)
 			return -ETIMEDOUT;
+		if (r > 0 && !pfd[0].revents && pfd[1].revents)
+			return -EINTR;
 	}
 	return 0;
 }
@@ -140,13 +149,15 @@ static int send_all(int fd, const void *buf, size_t n, double deadline)
 static int wait_readable(int fd, double deadline)
 {
 	for (;;) {
-		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = cur_abort, .events = POLLIN}};
 		int ms = remaining_ms(deadline);
-		int r = poll(&pfd, 1, ms);
+		int r = poll(pfd, cur_abort >= 0 ? 2 : 1, ms);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
 			return -errno;
+		if (r > 0 && !pfd[0].revents && pfd[1].revents)
+			return -EINTR;
 		return r > 0;
 	}
 }
@@ -229,6 +240,7 @@ static int flush(struct dptp_tcpstore_client *c, double deadline, struct dptp_er
 {
 	if (c->w.oom)
 		return dptp_err_set(err, -ENOMEM, "tcpstore: out of memory building %s", what);
+	cur_abort = c->abort_fd;
 	int rc = send_all(c->fd, c->w.buf, c->w.len, deadline);
 	if (rc < 0)
 		return fail(c, rc, err, what);
@@ -277,13 +289,19 @@ static int connect_once(const struct addrinfo *ai, double deadline)
 	return fd;
 }
 
-static void sleep_s(double s)
+/* Sleeps s seconds; -EINTR at once when the abort fd becomes readable. */
+static int sleep_s(double s)
 {
-	if (s <= 0)
-		return;
-	struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
+	double until = dptp_now() + s;
+	for (;;) {
+		struct pollfd pfd = {.fd = cur_abort, .events = POLLIN};
+		int ms = remaining_ms(until);
+		if (ms == 0)
+			return 0;
+		int r = poll(&pfd, cur_abort >= 0 ? 1 : 0, ms);
+		if (r > 0)
+			return -EINTR;
+	}
 }
 
 static int do_connect(struct dptp_tcpstore_client *c, const char *host, uint16_t port,
@@ -319,7 +337,8 @@ static int do_connect(struct dptp_tcpstore_client *c, const char *host, uint16_t
 			break;
 		/* exponential backoff with jitter in [backoff/2, backoff] */
 		double jitter = backoff * (0.5 + 0.5 * ((double)rand_r(&seed) / RAND_MAX));
-		sleep_s(jitter < left ? jitter : left);
+		if (sleep_s(jitter < left ? jitter : left) < 0)
+			return dptp_err_set(err, -EINTR, "tcpstore: connecting to %s: interrupted by a signal", c->peer);
 		backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
 	}
 	return dptp_err_set(err, last == -ETIMEDOUT ? -ETIMEDOUT : last,
@@ -337,6 +356,8 @@ int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 	if (!c)
 		return dptp_err_set(err, -ENOMEM, "tcpstore: out of memory");
 	c->fd = -1;
+	c->abort_fd = opts->abort_fd ? *opts->abort_fd : -1;
+	cur_abort = c->abort_fd;
 	c->timeout = opts->timeout > 0 ? opts->timeout : DPTP_TCPSTORE_DEFAULT_TIMEOUT;
 	snprintf(c->peer, sizeof(c->peer), strchr(opts->host, ':') ? "[%s]:%u" : "%s:%u",
 		 opts->host, (unsigned)opts->port);

@@ -4,41 +4,14 @@
 attributes), for the decoder's refusals and for encoder cases the torch
 captures (c10d_*_states_2.11.txt, the real bytes) do not cover. Each entry:
 "== NAME" then the hex. Run: python3 gen_states.py > python_states.txt"""
-import dataclasses
 import datetime as dt
+import os
 import pickle
 import sys
-import types
 
-MOD = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
-parts = MOD.split(".")
-for i in range(1, len(parts) + 1):
-    sys.modules[".".join(parts[:i])] = types.ModuleType(".".join(parts[:i]))
-m = sys.modules[MOD]
-
-
-@dataclasses.dataclass(eq=True, order=True, frozen=True)
-class _NodeDesc:
-    addr: str
-    pid: int
-    local_id: int
-
-
-class _RendezvousState:
-    def __init__(self):
-        self.round = 0
-        self.complete = False
-        self.deadline = None
-        self.closed = False
-        self.participants = {}
-        self.wait_list = set()
-        self.redundancy_list = set()
-        self.last_heartbeats = {}
-
-
-for c in (_NodeDesc, _RendezvousState):
-    c.__module__ = MOD
-    setattr(m, c.__name__, c)
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from standins import _NodeDesc, _RendezvousState  # noqa: E402
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 12, 4, 3, 14, 25, 288718, tzinfo=UTC)

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""dptp-run nodes under the c10d rendezvous on loopback (no torch needed).
+
+usage: c10d_e2e.py DPTP_RUN CASE
+Every node is a separate dptp-run with DPTP_HOSTNAME=nodeK (the workers'
+host for dptp-check); the rendezvous store is at a free port. The state
+bytes themselves are checked against torch 2.11's in tests/test_rdzv_state.c;
+here Python's own pickle reads the state dptp-run wrote (c10d_worker.py
+state), and the jobs run torch's fixed-size, elastic, node-failure and
+signal paths end to end."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUN = os.path.abspath(sys.argv[1])
+WORKER = os.path.join(HERE, "c10d_worker.py")
+# heartbeats every second, dead after 3 s of silence, a 1 s last call
+FAST = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(k, **extra):
+    e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
+         "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "LC_ALL": "C", "DPTP_RUN_STOP_TIMEOUT": "5",
+         "DPTP_HOSTNAME": "node%d" % k, "LOGLEVEL": "INFO"}
+    for v in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
+        if v in os.environ:
+            e[v] = os.environ[v]
+    e.update(extra)
+    return e
+
+
+def node(k, nnodes, port, run_id, worker, conf=FAST, extra=(), **envx):
+    args = [RUN, "--nnodes=%s" % nnodes, "--nproc-per-node=2", "--rdzv-backend=c10d",
+            "--rdzv-endpoint=127.0.0.1:%d" % port, "--rdzv-id=" + run_id, "--rdzv-conf=" + conf] + list(extra)
+    args += ["--no-python", sys.executable, WORKER] + worker
+    return subprocess.Popen(args, env=env(k, **envx), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(ps, timeout=90):
+    t0 = time.monotonic()
+    res = []
+    for p in ps:
+        try:
+            out, err = p.communicate(timeout=max(1, timeout - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            for q in ps:
+                q.kill()
+            fail("the job did not finish within %d s" % timeout)
+        res.append((p.returncode, out, err))
+    return res
+
+
+def fixed(n):
+    port = free_port()
+    ps = [node(k, n, port, "fixed%d" % n, ["env"]) for k in range(n)]
+    res = finish(ps)
+    lines = []
+    for rc, out, err in res:
+        check(rc == 0, "rc %d: %s" % (rc, err))
+        lines += out.splitlines()
+    world = 2 * n
+    got = sorted(lines, key=lambda l: int(l.split()[1]))
+    want = ["rank %d local %d world %d group %d/%d restart 0 agent_store True run_id fixed%d" % (r, r % 2, world, r // 2, n, n)
+            for r in range(world)]
+    check(got == want, "\n".join(got))
+    hosts = [re.search(r"joined round 0 of the rendezvous 'fixed\d' as rank (\d) in a world of size (\d)", e)
+             for _, _, e in res]
+    check(all(h and h.group(2) == str(n) for h in hosts), "INFO lines: %s" % [e for _, _, e in res])
+    check(sorted(h.group(1) for h in hosts) == [str(k) for k in range(n)], "group ranks %s" % hosts)
+    check(sum("hosts the TCP store for the C10d rendezvous backend" in e for _, _, e in res) == 1,
+          "exactly one node hosts the store")
+
+
+def case_fixed2():
+    fixed(2)
+
+
+def case_fixed3():
+    fixed(3)
+
+
+def case_state():
+    # Python's pickle reads the state dptp-run wrote, as a torch agent would
+    port = free_port()
+    w = ["state", "127.0.0.1", str(port), "st"]
+    res = finish([node(k, 2, port, "st", w) for k in range(2)])
+    check(all(rc == 0 for rc, _, _ in res), "rc %s" % [(rc, e) for rc, _, e in res])
+    out = "".join(o for _, o, _ in res).strip()
+    check(out == "state round 0 complete True closed False participants 2 ranks [0, 1] heartbeats 2 utc True", out)
+
+
+def case_elastic_late():
+    # 1:3: node 0 starts alone (world 1), node 1 arrives 4 s later and waits;
+    # node 0 sees it at its next membership check, both restart in round 1
+    # with world 2, the restart count untouched (membership is no failure)
+    port = free_port()
+    a = node(0, "1:3", port, "el", ["late", "2"])
+    time.sleep(4)
+    b = node(1, "1:3", port, "el", ["late", "2"])
+    (ra, oa, ea), (rb, ob, eb) = finish([a, b])
+    check(ra == 0 and rb == 0, "rc %d/%d: %s %s" % (ra, rb, ea, eb))
+    la = oa.splitlines()
+    check(la[:2] == ["group 0 world 1 restart 0"] * 2 and sorted(la[2:]) == ["group 0 world 2 restart 0"] * 2, oa)
+    check(ob.splitlines() == ["group 1 world 2 restart 0"] * 2, ob)
+    check("Detected 1 new nodes from group_rank=0; will restart worker group" in ea, ea)
+    check("joined round 1 of the rendezvous 'el' as rank 0 in a world of size 2" in ea, ea)
+
+
+def case_node_killed():
+    # 2:3, three nodes; node 2's launcher is SIGKILLed mid-run: its workers
+    # go, the others' store barrier fails, they restart (count 1) and
+    # re-rendezvous without it (dropped after 3 s of silence), world 2
+    port = free_port()
+    # node 0 hosts the store (is_host): the store dies with its host, in torch too
+    ps = [node(k, "2:3", port, "kl", ["ticks", "25"], conf=FAST + ",is_host=%d" % (k == 0), extra=["--max-restarts=1"])
+          for k in range(3)]
+    time.sleep(6)
+    ps[2].kill()
+    res = finish(ps[:2])
+    ps[2].communicate()
+    for rc, out, err in res:
+        check(rc == 0, "rc %d: %s %s" % (rc, out, err))
+        done = [l for l in out.splitlines() if l.startswith("ticks done")]
+        check(len(done) == 2 and all("world 4" in l and "/2 restart 1" in l for l in done), out)
+        check("Worker group FAILED. 1/1 attempts left; will restart worker group" in err, err)
+        check("in a world of size 2" in err, err)
+
+
+def case_signals():
+    # a node waiting for its peers ends promptly on a death signal: before
+    # any worker ran as torchrun does (the signal's own end; SIGINT prints
+    # KeyboardInterrupt), after a restart with SignalException and exit 1
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        port = free_port()
+        p = node(0, 2, port, "sg", ["env"])
+        time.sleep(1.5)
+        t0 = time.monotonic()
+        p.send_signal(sig)
+        rc, out, err = finish([p], 30)[0]
+        dt = time.monotonic() - t0
+        check(rc == -sig, "%s: rc %d: %s" % (sig.name, rc, err))
+        check(dt < 5, "%s took %.1f s" % (sig.name, dt))
+        check(("KeyboardInterrupt" in err) == (sig == signal.SIGINT), err)
+    # static several nodes too: node 1 connecting, node 0 waiting for node 1
+    for rank in (0, 1):
+        args = [RUN, "--nnodes=2", "--node-rank=%d" % rank, "--master-addr=127.0.0.1", "--master-port=%d" % free_port(),
+                "--no-python", "true"]
+        p = subprocess.Popen(args, env=env(rank), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        rc, out, err = finish([p], 30)[0]
+        check(rc == -signal.SIGTERM and time.monotonic() - t0 < 5, "static node %d: rc %d: %s" % (rank, rc, err))
+    # in a later rendezvous (workers ran once): exit 1 with SignalException.
+    # Node 0's workers fail, it restarts and waits for a second node (node
+    # 1, done, waits in the exit barrier and is dropped after 3 s silence)
+    port = free_port()
+    a = node(0, 2, port, "sg2", ["failfirst"], conf=FAST + ",is_host=1", extra=["--max-restarts=1"])
+    b = node(1, 2, port, "sg2", ["late", "1"], conf=FAST + ",is_host=0")
+    time.sleep(12)
+    t0 = time.monotonic()
+    a.send_signal(signal.SIGTERM)
+    rc, out, err = finish([a], 30)[0]
+    b.kill()
+    b.communicate()
+    check(rc == 1 and "SignalException: Process" in err and time.monotonic() - t0 < 5,
+          "later rendezvous: rc %d after %.1f s: %s" % (rc, time.monotonic() - t0, err))
+    check("Worker group FAILED. 1/1 attempts left" in err and "death signal during the rendezvous" in err, err)
+
+
+def case_conf():
+    # --rdzv-conf values as torch checks them
+    for conf, msg in (("join_timeout=x", "The rendezvous configuration option 'join_timeout' does not represent a valid integer value."),
+                      ("is_host=maybe", "The rendezvous configuration option 'is_host' does not represent a valid boolean value."),
+                      ("last_call_timeout=0", "The last_call timeout (0 s) must be positive.")):
+        p = subprocess.run([RUN, "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1", "--rdzv-conf=" + conf,
+                            "--no-python", "true"], env=env(0), capture_output=True, text=True, timeout=30)
+        check(p.returncode == 2 and msg in p.stderr, "%s: rc %d: %s" % (conf, p.returncode, p.stderr))
+    # is_host=0 with nobody hosting: read_timeout bounds the wait
+    t0 = time.monotonic()
+    p = subprocess.run([RUN, "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:%d" % free_port(),
+                        "--rdzv-conf=is_host=0,read_timeout=2", "--no-python", "true"], env=env(0), capture_output=True,
+                       text=True, timeout=30)
+    check(p.returncode == 1 and "The connection to the C10d store has failed" in p.stderr and time.monotonic() - t0 < 10,
+          "no host: rc %d: %s" % (p.returncode, p.stderr))
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    CASES[sys.argv[2]]()
+    print("ok " + sys.argv[2])
