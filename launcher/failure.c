@@ -226,7 +226,7 @@ static char *indent(const char *s)
 
 int failure_parse_error_json(const char *text, char **message, long long *timestamp)
 {
-	struct jv msg, tmp;
+	struct jv msg = {0}, tmp = {0};
 	*message = NULL;
 	*timestamp = 0;
 	if (obj_get(text, "message", &msg) < 0)
@@ -246,7 +246,7 @@ int failure_parse_error_json(const char *text, char **message, long long *timest
 	if (msg.t != J_OBJ)
 		return -1;
 	/* {"message": {"message": ..., "extraInfo": {"py_callstack": ..., "timestamp": ...}}} */
-	struct jv extra, cs;
+	struct jv extra = {0}, cs = {0};
 	char *shown = NULL;
 	if (obj_get(msg.at, "extraInfo", &extra) == 0 && extra.t == J_OBJ) {
 		if (obj_get(extra.at, "py_callstack", &cs) == 0 && cs.t == J_STR)
@@ -259,7 +259,10 @@ int failure_parse_error_json(const char *text, char **message, long long *timest
 			else if (tmp.t == J_STR)
 				*timestamp = strtoll(tmp.s, NULL, 10);
 			free(tmp.s);
+			tmp = (struct jv){0};
 		}
+	} else {
+		free(extra.s);
 	}
 	if (!shown) {
 		if (obj_get(msg.at, "message", &tmp) == 0 && tmp.t == J_STR)

@@ -230,6 +230,36 @@ def case_error_file():
         check(got == want, "report differs:\n%s\n--- expected:\n%s" % (got, want))
 
 
+def case_error_file_shapes():
+    # every shape torchrun's ProcessFailure accepts, and two it cannot read:
+    # (file text, what torchrun's report shows after "traceback : ")
+    shapes = [
+        ('{"message": {"message": "RuntimeError: a\\nb", "extraInfo": {"timestamp": "7"}}}',
+         "RuntimeError: a\n  b"),
+        ('{"message": {"message": "only"}}', "only"),
+        ('{"message": {"extraInfo": {"py_callstack": "T\\nU", "timestamp": 7}}}', "T\n  U"),
+        ('{"message": {"extraInfo": {"timestamp": 7}}}', "<N/A>"),
+        ('{"message": "plain", "timestamp": 7}', "plain"),
+        ('{"message": "plain, no timestamp"}', "plain, no timestamp"),
+        ('{"message": ""}', "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"),
+        ("", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"),
+        ("not json", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"),
+    ]
+    with tempfile.TemporaryDirectory() as d:
+        for i, (text, shown) in enumerate(shapes):
+            body = os.path.join(d, "body%d" % i)
+            with open(body, "w") as f:
+                f.write(text)
+            script = 'cat "%s" > "$TORCHELASTIC_ERROR_FILE"; exit 3' % body
+            rc, out, err = run(["--nproc-per-node=1", "--no-python", "sh", "-c", script])
+            check(rc == 1, "shape %r: rc %d %s" % (text, rc, err))
+            rep = report_of(err)
+            check("  traceback : " + shown + "\n" in rep + "\n", "shape %r:\n%s" % (text, rep))
+            # a file it could read is named, else <N/A>
+            named = "error_file: <N/A>" not in rep
+            check(named == (i < 7), "shape %r error_file line:\n%s" % (text, rep))
+
+
 def case_restart():
     script = 'echo RC=$TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_ERROR_FILE; exit 2'
     rc, out, err = run(["--max-restarts=1", "--no-python", "sh", "-c", script])
