@@ -133,19 +133,25 @@ static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
 	return len;
 }
 
+/* utf8_next, one step at a time: an invalid byte is one step of NOT_UTF8. */
+#define NOT_UTF8 UINT32_MAX
+static size_t utf8_step(const unsigned char *s, size_t n, uint32_t *cp)
+{
+	size_t len = utf8_next(s, n, cp);
+	if (len == 0)
+		*cp = NOT_UTF8;
+	return len ? len : 1;
+}
+
 void dptp_json_escape(FILE *f, const char *str, size_t n)
 {
 	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0;
-	while (s && i < n) {
+	for (size_t i = 0, len; s && i < n; i += len) {
 		uint32_t cp;
-		size_t len = utf8_next(s + i, n - i, &cp);
-		if (len == 0) {
+		len = utf8_step(s + i, n - i, &cp);
+		if (cp == NOT_UTF8)
 			fputs("\\ufffd", f);
-			i++;
-			continue;
-		}
-		if (cp == '"')
+		else if (cp == '"')
 			fputs("\\\"", f);
 		else if (cp == '\\')
 			fputs("\\\\", f);
@@ -155,22 +161,15 @@ void dptp_json_escape(FILE *f, const char *str, size_t n)
 			fprintf(f, "\\u%04x", (unsigned)cp);
 		else
 			fwrite(s + i, 1, len, f);
-		i += len;
 	}
 }
 
 static void xml_escape(FILE *f, const char *str, size_t n, bool attr)
 {
 	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0;
-	while (s && i < n) {
+	for (size_t i = 0, len; s && i < n; i += len) {
 		uint32_t cp;
-		size_t len = utf8_next(s + i, n - i, &cp);
-		if (len == 0) {
-			fputs("\xef\xbf\xbd", f);
-			i++;
-			continue;
-		}
+		len = utf8_step(s + i, n - i, &cp);
 		switch (cp) {
 		case '&': fputs("&amp;", f); break;
 		case '<': fputs("&lt;", f); break;
@@ -183,12 +182,11 @@ static void xml_escape(FILE *f, const char *str, size_t n, bool attr)
 		case '\t': fputs(attr ? "&#9;" : "\t", f); break;
 		case '\n': fputs(attr ? "&#10;" : "\n", f); break;
 		default:
-			if (cp < 0x20 || cp == 0x7f || cp == 0xfffe || cp == 0xffff)
+			if (cp == NOT_UTF8 || cp < 0x20 || cp == 0x7f || cp == 0xfffe || cp == 0xffff)
 				fputs("\xef\xbf\xbd", f);
 			else
 				fwrite(s + i, 1, len, f);
 		}
-		i += len;
 	}
 }
 

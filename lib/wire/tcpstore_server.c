@@ -695,6 +695,17 @@ static void process_input(struct dptp_tcpstore_server *s, struct conn *c)
 	}
 }
 
+/* After a failed recv/send: true to retry (EINTR); otherwise false, having
+ * closed the connection unless it only would block. */
+static bool io_retry(struct dptp_tcpstore_server *s, struct conn *c)
+{
+	if (errno == EINTR)
+		return true;
+	if (errno != EAGAIN && errno != EWOULDBLOCK)
+		conn_kill(s, c, false);
+	return false;
+}
+
 static void conn_read(struct dptp_tcpstore_server *s, struct conn *c)
 {
 	for (int i = 0; i < READS_PER_STEP && !c->dead; i++) {
@@ -733,10 +744,8 @@ static void conn_read(struct dptp_tcpstore_server *s, struct conn *c)
 			return;
 		}
 		if (k < 0) {
-			if (errno == EINTR)
+			if (io_retry(s, c))
 				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				conn_kill(s, c, false);
 			return;
 		}
 		c->inlen += (size_t)k;
@@ -750,10 +759,8 @@ static void conn_write(struct dptp_tcpstore_server *s, struct conn *c)
 		ssize_t k = send(c->fd, c->out + c->outoff, c->outlen - c->outoff,
 				 MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (k < 0) {
-			if (errno == EINTR)
+			if (io_retry(s, c))
 				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				conn_kill(s, c, false);
 			return;
 		}
 		c->outoff += (size_t)k;
