@@ -69,7 +69,7 @@ static const struct opt_row table[] = {
 	  KIND_DOUBLE, OFF(eps), 0, 1, 0, false, NULL },
 	{ "format", 0, "text|json|junit", "report format (default text)",
 	  KIND_CHOICE, OFF(format), 0, 0, 0, false, format_choices },
-	{ "output", 0, "FILE", "write the report to FILE, atomically (default stdout)",
+	{ "output", 0, "FILE", "write the report to FILE, atomically (- or default: stdout)",
 	  KIND_STRING, OFF(output), 0, 0, 0, false, NULL },
 	{ "layouts", 0, "all|DPxPPxTP,...", "run the checks over every (dp, pp, tp) factorisation of the world, "
 	  "or over the listed ones, regrouping without a relaunch, and print a layout x replica matrix; "
@@ -358,6 +358,8 @@ int dptp_options_parse(struct dptp_options *o, int argc, char **argv, struct dpt
 		if (o->bench)
 			return dptp_err_set(err, -EINVAL, "--layouts cannot be combined with --bench");
 	}
+	if (o->output && strcmp(o->output, "-") == 0)
+		o->output = NULL; /* "-": standard output, as with no --output */
 	return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef DPTP_VERSION
@@ -641,16 +642,85 @@ static mode_t new_file_mode(void)
 	return 0666 & ~mask;
 }
 
+/* A target written in place, not replaced: an existing file that is not a
+ * regular one (character device, FIFO, socket), or a descriptor named by
+ * path (/dev/fd/N, /proc/self/fd/N, /dev/stdout, /dev/stderr). */
+static bool in_place(const char *path)
+{
+	static const char *const fdpaths[] = { "/dev/fd/", "/proc/self/fd/", "/dev/stdout", "/dev/stderr" };
+	for (size_t i = 0; i < sizeof(fdpaths) / sizeof(fdpaths[0]); i++)
+		if (strncmp(path, fdpaths[i], strlen(fdpaths[i])) == 0)
+			return true;
+	struct stat st;
+	return stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
+
+/* Opens an in-place target for writing; a FIFO without a reader is waited
+ * for at most 10 s (opened non-blocking, then made blocking to write). */
+static int open_in_place(const char *path, struct dptp_err *err)
+{
+	double end = dptp_now() + 10;
+	for (;;) {
+		int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+		if (fd >= 0) {
+			struct stat st;
+			if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) < 0) {
+				int e = errno;
+				close(fd);
+				return dptp_err_set(err, -e, "cannot write report '%s': truncate: %s", path, strerror(e));
+			}
+			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+			return fd;
+		}
+		if (errno != ENXIO || dptp_now() > end)
+			return dptp_err_set(err, -errno, "cannot write report '%s': %s%s", path, strerror(errno),
+					    errno == ENXIO ? " (a FIFO nobody read for 10 s)" : "");
+		struct timespec ts = { 0, 20000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+static int write_in_place(const struct dptp_report *r, enum dptp_format fmt, const char *path,
+			  struct dptp_err *err)
+{
+	int fd = open_in_place(path, err);
+	if (fd < 0)
+		return fd;
+	FILE *f = fdopen(fd, "w");
+	if (!f) {
+		int e = errno;
+		close(fd);
+		return dptp_err_set(err, -e, "cannot write report '%s': %s", path, strerror(e));
+	}
+	errno = 0;
+	int rc = dptp_report_write(r, fmt, f, false, 0);
+	if (rc == -EINVAL) {
+		fclose(f);
+		return dptp_err_set(err, rc, "cannot write report '%s': unknown format %d", path, (int)fmt);
+	}
+	if (rc < 0 || fflush(f) != 0 || ferror(f))
+		rc = -(errno ? errno : EIO);
+	if (fclose(f) != 0 && rc == 0)
+		rc = -errno;
+	return rc < 0 ? dptp_err_set(err, rc, "cannot write report '%s': %s", path, strerror(-rc)) : 0;
+}
+
 int dptp_report_write_file(const struct dptp_report *r, enum dptp_format fmt,
 			   const char *path, struct dptp_err *err)
 {
 	if (!path || !*path)
 		return dptp_err_set(err, -EINVAL, "cannot write the report: empty file name");
+	if (in_place(path))
+		return write_in_place(r, fmt, path, err);
 	const char *slash = strrchr(path, '/');
 	const char *base = slash ? slash + 1 : path;
 	if (!*base)
 		return dptp_err_set(err, -EISDIR, "cannot write report '%s': names a directory", path);
 	size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+	/* the temporary sibling is ".<name>.tmpXXXXXX", or a fixed short name
+	 * when that would pass NAME_MAX */
+	if (strlen(base) + sizeof("..tmpXXXXXX") > NAME_MAX)
+		base = "dptp-report";
 	size_t tlen = dirlen + 1 + strlen(base) + sizeof(".tmpXXXXXX");
 	char *tmp = malloc(tlen);
 	if (!tmp)

@@ -90,7 +90,11 @@ int dptp_report_write_junit(const struct dptp_report *r, FILE *f);
 int dptp_report_write(const struct dptp_report *r, enum dptp_format fmt, FILE *f,
 		      bool color, int verbose);
 
-/* Writes atomically: a temp file in the same folder, fsync, rename.
+/* Writes a regular or new file atomically: a temp file in the same folder
+ * (a short name when the target's is near NAME_MAX), fsync, rename. An
+ * existing non-regular target (character device, FIFO) and a descriptor path
+ * (/dev/fd/N, /dev/stdout) are opened and written in place, never replaced;
+ * a FIFO without a reader is waited for 10 s at most.
  * Returns 0 or -errno with a message naming the path. */
 int dptp_report_write_file(const struct dptp_report *r, enum dptp_format fmt,
 			   const char *path, struct dptp_err *err);

@@ -15,6 +15,11 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   and a descriptor: never "crossed groups"; the detail names
                   the foreign sender (pid, uid).
   faults_still    opid-seeded and world-workspace still fail as they do.
+  output_paths    --output to what a user can name: /dev/null, /dev/full,
+                  /dev/stdout (device nodes made in a scratch tmpfs bound
+                  over /dev inside `unshare -m`: the real /dev is never
+                  touched; skipped when not root), a FIFO, /dev/fd/N, a
+                  254-byte name, `-`: written in place, never replaced.
   torchrun_env    torchrun-style environments: MASTER_PORT, RANK, WORLD_SIZE
                   or LOCAL_RANK set but empty, LOCAL_RANK unset with
                   LOCAL_WORLD_SIZE=2, no store at --timeout 2: exit 3, one
@@ -28,6 +33,7 @@ import array
 import glob
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -302,11 +308,96 @@ def case_torchrun_env():
         print("ok duplicate RANK: all three exit 3 naming the claim", flush=True)
 
 
+def single_env():
+    env = dict(os.environ, NO_COLOR="1")
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "PMIX_NAMESPACE", "MASTER_ADDR",
+              "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+CHECK1 = ["--checks", "broadcast", "--tokens", "8", "--hidden", "64", "--timeout", "10"]
+
+DEV_SCRIPT = r"""
+set -e
+mount -t tmpfs tmpfs "$S"
+mknod "$S/null" c 1 3; mknod "$S/full" c 1 7
+ln -s /proc/self/fd "$S/fd"; ln -s /proc/self/fd/1 "$S/stdout"
+mkdir "$S/shm"; mount --bind /dev/shm "$S/shm"
+mount --bind "$S" /dev
+set +e
+"$CHECK" $ARGS --format json --output /dev/null; echo "null rc=$? $(stat -c %F /dev/null)"
+"$CHECK" $ARGS --format json --output /dev/full 2>"$S/err"; echo "full rc=$? $(stat -c %F /dev/full) lines=$(wc -l <"$S/err") $(cat "$S/err")"
+"$CHECK" $ARGS --format text --output /dev/stdout >"$S/out"; echo "stdout rc=$? $(stat -L -c %F "$S/out") bytes=$(wc -c <"$S/out")"
+"""
+
+
+def case_output_paths():
+    case = "output_paths"
+    env = single_env()
+    base = [ARGS.check] + CHECK1 + ["--format", "json", "--output"]
+    if os.getuid() == 0:
+        with tempfile.TemporaryDirectory() as scratch:
+            figure(case, attempts=3)
+            p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", DEV_SCRIPT],
+                               env=dict(env, S=scratch, CHECK=ARGS.check, ARGS=" ".join(CHECK1)),
+                               capture_output=True, text=True, timeout=60)
+            out = p.stdout
+            for want in ("null rc=0 character special file", "full rc=3 character special file lines=1",
+                         "stdout rc=0 regular file bytes=[1-9]"):
+                if not re.search(want, out):
+                    fail(case, "in a private /dev: want %r in %r (stderr %r)" % (want, out, p.stderr[-300:]))
+            if "/dev/full" not in out:
+                fail(case, "/dev/full: the error does not name it: %r" % out)
+            print("devices (private mount namespace): %s" % out.strip().replace("\n", "; "), flush=True)
+    else:
+        print("skip devices: not root (unshare -m needs it)", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        # a FIFO with a reader: written in place, still a FIFO
+        fifo = os.path.join(tmp, "fifo")
+        os.mkfifo(fifo)
+        rd = subprocess.Popen(["cat", fifo], stdout=subprocess.PIPE, text=True)
+        figure(case, attempts=1)
+        p = subprocess.run(base + [fifo], env=env, capture_output=True, text=True, timeout=60)
+        got = rd.communicate(timeout=20)[0]
+        ok = p.returncode == 0 and got.lstrip().startswith("{") and os.path.exists(fifo) and \
+            not os.path.isfile(fifo)
+        (print if ok else lambda m: fail(case, m))("%s fifo: exit %d, reader got %d bytes, %s" % (
+            "ok" if ok else "bad", p.returncode, len(got), "still a FIFO" if not os.path.isfile(fifo) else "REPLACED"))
+        # /dev/fd/N (what process substitution hands over)
+        r, w = os.pipe()
+        figure(case, attempts=1)
+        p = subprocess.Popen(base + ["/dev/fd/%d" % w], env=env, pass_fds=(w,), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        os.close(w)
+        with os.fdopen(r) as f:
+            got = f.read()
+        p.wait(timeout=60)
+        ok = p.returncode == 0 and got.lstrip().startswith("{")
+        (print if ok else lambda m: fail(case, m))("%s /dev/fd/N: exit %d, %d bytes through the pipe %s" % (
+            "ok" if ok else "bad", p.returncode, len(got), p.stderr.read().strip()))
+        # a 254-byte name: the temporary sibling must not need more
+        longname = os.path.join(tmp, "r" * 249 + ".json")
+        figure(case, attempts=1)
+        p = subprocess.run(base + [longname], env=env, capture_output=True, text=True, timeout=60)
+        left = [n for n in os.listdir(tmp) if "tmp" in n]
+        ok = p.returncode == 0 and os.path.isfile(longname) and not left
+        (print if ok else lambda m: fail(case, m))("%s 254-byte name: exit %d %s, temporaries left %s" % (
+            "ok" if ok else "bad", p.returncode, p.stderr.strip()[-200:], left))
+        # "-": standard output
+        figure(case, attempts=1)
+        p = subprocess.run(base + ["-"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp)
+        ok = p.returncode == 0 and p.stdout.lstrip().startswith("{") and not os.path.exists(os.path.join(tmp, "-"))
+        (print if ok else lambda m: fail(case, m))("%s '-': exit %d, stdout starts %r" % (
+            "ok" if ok else "bad", p.returncode, p.stdout[:20]))
+
+
 CASES = {
     "ipc_flood": lambda: case_ipc("ipc_flood", "flood"),
     "ipc_inject": lambda: case_ipc("ipc_inject", "inject"),
     "faults_still": case_faults_still,
     "torchrun_env": case_torchrun_env,
+    "output_paths": case_output_paths,
 }
 
 
