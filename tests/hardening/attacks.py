@@ -200,7 +200,7 @@ def case_ipc(case, mode):
             atk.kill()
             atk_out = atk.communicate()[0]
             if rep is None:
-                fail(case, "attempt %d: no report (rc %d) after %.1f s: %s" % (i, rc, secs, err.strip()[:1500]))
+                fail(case, "attempt %d: no report (rc %d) after %.1f s: %s" % (i, rc, secs, "\n".join(ln for ln in err.splitlines() if "dptp-run]" not in ln)[:1500]))
                 continue
             st = statuses(rep)
             for (dp, chk), (s, d) in sorted(st.items()):
