@@ -33,6 +33,7 @@ struct opt_def {
 	unsigned flags;
 	const char *dflt;
 	const char *const *choices;
+	const char *help;     /* --help's text, wrapped as argparse does */
 };
 
 static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
@@ -40,154 +41,156 @@ static const char *const numa_modes[] = {"node", "socket", "exclusive", "core-co
 
 #define V (OPT_VALUE | OPT_PET)
 static const struct opt_def opts[O_COUNT] = {
-	[O_HELP] = {"help", {"-h", "--help"}, 0, NULL, NULL},
-	[O_NNODES] = {"nnodes", {"--nnodes"}, V, "1:1", NULL},
-	[O_NPROC] = {"nproc_per_node", {"--nproc-per-node", "--nproc_per_node"}, V, "1", NULL},
-	[O_RDZV_BACKEND] = {"rdzv_backend", {"--rdzv-backend", "--rdzv_backend"}, V, "static", NULL},
-	[O_RDZV_ENDPOINT] = {"rdzv_endpoint", {"--rdzv-endpoint", "--rdzv_endpoint"}, V, "", NULL},
-	[O_RDZV_ID] = {"rdzv_id", {"--rdzv-id", "--rdzv_id"}, V, "none", NULL},
-	[O_RDZV_CONF] = {"rdzv_conf", {"--rdzv-conf", "--rdzv_conf"}, V, "", NULL},
-	[O_STANDALONE] = {"standalone", {"--standalone"}, OPT_PET, NULL, NULL},
-	[O_MAX_RESTARTS] = {"max_restarts", {"--max-restarts", "--max_restarts"}, V, "0", NULL},
-	[O_MONITOR_INTERVAL] = {"monitor_interval", {"--monitor-interval", "--monitor_interval"}, V, "0.1", NULL},
-	[O_START_METHOD] = {"start_method", {"--start-method", "--start_method"}, V, "spawn", start_methods},
-	[O_EVENT_LOG_HANDLER] = {"event_log_handler", {"--event-log-handler", "--event_log_handler"}, V, "null", NULL},
-	[O_ROLE] = {"role", {"--role"}, V, "default", NULL},
-	[O_MODULE] = {"module", {"-m", "--module"}, OPT_PET, NULL, NULL},
-	[O_NO_PYTHON] = {"no_python", {"--no-python", "--no_python"}, OPT_PET, NULL, NULL},
-	[O_RUN_PATH] = {"run_path", {"--run-path", "--run_path"}, OPT_PET, NULL, NULL},
-	[O_LOG_DIR] = {"log_dir", {"--log-dir", "--log_dir"}, V, NULL, NULL},
-	[O_REDIRECTS] = {"redirects", {"-r", "--redirects"}, V, "0", NULL},
-	[O_TEE] = {"tee", {"-t", "--tee"}, V, "0", NULL},
-	[O_LOCAL_RANKS_FILTER] = {"local_ranks_filter", {"--local-ranks-filter", "--local_ranks_filter"}, V, "", NULL},
-	[O_DUP_STDOUT] = {"duplicate_stdout_filters", {"--duplicate-stdout-filters", "--duplicate_stdout_filters"}, V, "", NULL},
-	[O_DUP_STDERR] = {"duplicate_stderr_filters", {"--duplicate-stderr-filters", "--duplicate_stderr_filters"}, V, "", NULL},
-	[O_NODE_RANK] = {"node_rank", {"--node-rank", "--node_rank"}, V, "0", NULL},
-	[O_MASTER_ADDR] = {"master_addr", {"--master-addr", "--master_addr"}, V, "127.0.0.1", NULL},
-	[O_MASTER_PORT] = {"master_port", {"--master-port", "--master_port"}, V, "29500", NULL},
-	[O_LOCAL_ADDR] = {"local_addr", {"--local-addr", "--local_addr"}, V, NULL, NULL},
-	[O_LOGS_SPECS] = {"logs_specs", {"--logs-specs", "--logs_specs"}, OPT_VALUE, NULL, NULL},
-	[O_NUMA_BINDING] = {"numa_binding", {"--numa-binding", "--numa_binding"}, OPT_VALUE, NULL, numa_modes},
-	[O_SIGNALS] = {"signals_to_handle", {"--signals-to-handle", "--signals_to_handle"}, V, "SIGTERM,SIGINT,SIGHUP,SIGQUIT", NULL},
-	[O_VIRTUAL_LOCAL_RANK] = {"virtual_local_rank", {"--virtual-local-rank", "--virtual_local_rank"}, OPT_PET, NULL, NULL},
+	[O_HELP] = {"help", {"-h", "--help"}, 0, NULL, NULL,
+		"show this help message and exit"},
+	[O_NNODES] = {"nnodes", {"--nnodes"}, V, "1:1", NULL,
+		"Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes> (elastic: c10d)."},
+	[O_NPROC] = {"nproc_per_node", {"--nproc-per-node", "--nproc_per_node"}, V, "1", NULL,
+		"Number of workers per node; supported values: [auto, cpu, gpu, int]."},
+	[O_RDZV_BACKEND] = {"rdzv_backend", {"--rdzv-backend", "--rdzv_backend"}, V, "static", NULL,
+		"Rendezvous backend (static, c10d; etcd, etcd-v2 on a single node only)."},
+	[O_RDZV_ENDPOINT] = {"rdzv_endpoint", {"--rdzv-endpoint", "--rdzv_endpoint"}, V, "", NULL,
+		"Rendezvous backend endpoint; usually in form <host>:<port>."},
+	[O_RDZV_ID] = {"rdzv_id", {"--rdzv-id", "--rdzv_id"}, V, "none", NULL,
+		"User-defined group id (TORCHELASTIC_RUN_ID)."},
+	[O_RDZV_CONF] = {"rdzv_conf", {"--rdzv-conf", "--rdzv_conf"}, V, "", NULL,
+		"Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...)."},
+	[O_STANDALONE] = {"standalone", {"--standalone"}, OPT_PET, NULL, NULL,
+		"Single-node job on a free port with a random run id; --rdzv-backend, --rdzv-endpoint, --rdzv-id are ignored."},
+	[O_MAX_RESTARTS] = {"max_restarts", {"--max-restarts", "--max_restarts"}, V, "0", NULL,
+		"Maximum number of worker group restarts before failing."},
+	[O_MONITOR_INTERVAL] = {"monitor_interval", {"--monitor-interval", "--monitor_interval"}, V, "0.1", NULL,
+		"Interval, in seconds, of the safety-net poll of the workers (exits are seen at once)."},
+	[O_START_METHOD] = {"start_method", {"--start-method", "--start_method"}, V, "spawn", start_methods,
+		"Accepted; only affects Python function entrypoints."},
+	[O_EVENT_LOG_HANDLER] = {"event_log_handler", {"--event-log-handler", "--event_log_handler"}, V, "null", NULL,
+		"Accepted and ignored (no Python event handlers)."},
+	[O_ROLE] = {"role", {"--role"}, V, "default", NULL,
+		"User-defined role for the workers."},
+	[O_MODULE] = {"module", {"-m", "--module"}, OPT_PET, NULL, NULL,
+		"Run the script as a Python module (python -u -m)."},
+	[O_NO_PYTHON] = {"no_python", {"--no-python", "--no_python"}, OPT_PET, NULL, NULL,
+		"Execute the training script directly instead of with python."},
+	[O_RUN_PATH] = {"run_path", {"--run-path", "--run_path"}, OPT_PET, NULL, NULL,
+		"Accepted; the script is run by python -u as without it."},
+	[O_LOG_DIR] = {"log_dir", {"--log-dir", "--log_dir"}, V, NULL, NULL,
+		"Base directory for log files; a job-level sub-directory <rdzv_id>_<random> is created in it."},
+	[O_REDIRECTS] = {"redirects", {"-r", "--redirects"}, V, "0", NULL,
+		"Redirect std streams into a log file in the log directory (e.g. [-r 3] redirects both stdout+stderr for all workers, [-r 0:1,1:2] redirects stdout for local rank 0 and stderr for local rank 1)."},
+	[O_TEE] = {"tee", {"-t", "--tee"}, V, "0", NULL,
+		"Tee std streams into a log file and also to console (see --redirects for format)."},
+	[O_LOCAL_RANKS_FILTER] = {"local_ranks_filter", {"--local-ranks-filter", "--local_ranks_filter"}, V, "", NULL,
+		"Only show logs from specified local ranks in console (e.g. 0,1,2); log files are still written."},
+	[O_DUP_STDOUT] = {"duplicate_stdout_filters", {"--duplicate-stdout-filters", "--duplicate_stdout_filters"}, V, "", NULL,
+		"Accepted and ignored."},
+	[O_DUP_STDERR] = {"duplicate_stderr_filters", {"--duplicate-stderr-filters", "--duplicate_stderr_filters"}, V, "", NULL,
+		"Accepted and ignored."},
+	[O_NODE_RANK] = {"node_rank", {"--node-rank", "--node_rank"}, V, "0", NULL,
+		"Rank of the node for multi-node distributed training."},
+	[O_MASTER_ADDR] = {"master_addr", {"--master-addr", "--master_addr"}, V, "127.0.0.1", NULL,
+		"Address of the master node (rank 0), static rendezvous only (MASTER_ADDR)."},
+	[O_MASTER_PORT] = {"master_port", {"--master-port", "--master_port"}, V, "29500", NULL,
+		"Port on the master node, static rendezvous only (MASTER_PORT)."},
+	[O_LOCAL_ADDR] = {"local_addr", {"--local-addr", "--local_addr"}, V, NULL, NULL,
+		"Address of the local node; defaults to its FQDN."},
+	[O_LOGS_SPECS] = {"logs_specs", {"--logs-specs", "--logs_specs"}, OPT_VALUE, NULL, NULL,
+		"Accepted and ignored (Python entry points only)."},
+	[O_NUMA_BINDING] = {"numa_binding", {"--numa-binding", "--numa_binding"}, OPT_VALUE, NULL, numa_modes,
+		"Accepted and ignored (no binding is done)."},
+	[O_SIGNALS] = {"signals_to_handle", {"--signals-to-handle", "--signals_to_handle"}, V, "SIGTERM,SIGINT,SIGHUP,SIGQUIT", NULL,
+		"Comma-separated list of signals to handle and forward to the workers. Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT."},
+	[O_VIRTUAL_LOCAL_RANK] = {"virtual_local_rank", {"--virtual-local-rank", "--virtual_local_rank"}, OPT_PET, NULL, NULL,
+		"LOCAL_RANK=0 for every worker and CUDA_VISIBLE_DEVICES narrowed to its own device."},
 };
 #undef V
 
-static const char usage_text[] =
-"usage: dptp-run [-h] [--nnodes NNODES] [--nproc-per-node NPROC_PER_NODE]\n"
-"                [--rdzv-backend RDZV_BACKEND] [--rdzv-endpoint RDZV_ENDPOINT]\n"
-"                [--rdzv-id RDZV_ID] [--rdzv-conf RDZV_CONF] [--standalone]\n"
-"                [--max-restarts MAX_RESTARTS]\n"
-"                [--monitor-interval MONITOR_INTERVAL]\n"
-"                [--start-method {spawn,fork,forkserver}]\n"
-"                [--event-log-handler EVENT_LOG_HANDLER] [--role ROLE] [-m]\n"
-"                [--no-python] [--run-path] [--log-dir LOG_DIR] [-r REDIRECTS]\n"
-"                [-t TEE] [--local-ranks-filter LOCAL_RANKS_FILTER]\n"
-"                [--duplicate-stdout-filters DUPLICATE_STDOUT_FILTERS]\n"
-"                [--duplicate-stderr-filters DUPLICATE_STDERR_FILTERS]\n"
-"                [--node-rank NODE_RANK] [--master-addr MASTER_ADDR]\n"
-"                [--master-port MASTER_PORT] [--local-addr LOCAL_ADDR]\n"
-"                [--logs-specs LOGS_SPECS]\n"
-"                [--numa-binding {node,socket,exclusive,core-complex}]\n"
-"                [--signals-to-handle SIGNALS_TO_HANDLE] [--virtual-local-rank]\n"
-"                training_script ...\n";
+/* argparse's layout: "usage: dptp-run " then the options wrapped at 78
+ * columns; in the help, invocations up to column 22 share the line with
+ * their text, which is wrapped into columns 24-78. */
+enum { HELP_WIDTH = 78, HELP_COL = 24 };
 
-static const char help_text[] =
-"\n"
-"torchrun-compatible launcher and PMIx server (dptp " DPTP_VERSION ")\n"
-"\n"
-"positional arguments:\n"
-"  training_script       Full path to the (single GPU) training program/script\n"
-"                        to be launched in parallel, followed by all the\n"
-"                        arguments for the training script.\n"
-"  training_script_args\n"
-"\n"
-"options:\n"
-"  -h, --help            show this help message and exit\n"
-"  --nnodes NNODES       Number of nodes, or the range of nodes in form\n"
-"                        <minimum_nodes>:<maximum_nodes> (elastic: c10d).\n"
-"  --nproc-per-node NPROC_PER_NODE, --nproc_per_node NPROC_PER_NODE\n"
-"                        Number of workers per node; supported values: [auto,\n"
-"                        cpu, gpu, int].\n"
-"  --rdzv-backend RDZV_BACKEND, --rdzv_backend RDZV_BACKEND\n"
-"                        Rendezvous backend (static, c10d; etcd, etcd-v2 on a\n"
-"                        single node only).\n"
-"  --rdzv-endpoint RDZV_ENDPOINT, --rdzv_endpoint RDZV_ENDPOINT\n"
-"                        Rendezvous backend endpoint; usually in form\n"
-"                        <host>:<port>.\n"
-"  --rdzv-id RDZV_ID, --rdzv_id RDZV_ID\n"
-"                        User-defined group id (TORCHELASTIC_RUN_ID).\n"
-"  --rdzv-conf RDZV_CONF, --rdzv_conf RDZV_CONF\n"
-"                        Additional rendezvous configuration\n"
-"                        (<key1>=<value1>,<key2>=<value2>,...).\n"
-"  --standalone          Single-node job on a free port with a random run id;\n"
-"                        --rdzv-backend, --rdzv-endpoint, --rdzv-id are\n"
-"                        ignored.\n"
-"  --max-restarts MAX_RESTARTS, --max_restarts MAX_RESTARTS\n"
-"                        Maximum number of worker group restarts before\n"
-"                        failing.\n"
-"  --monitor-interval MONITOR_INTERVAL, --monitor_interval MONITOR_INTERVAL\n"
-"                        Interval, in seconds, of the safety-net poll of the\n"
-"                        workers (exits are seen at once).\n"
-"  --start-method {spawn,fork,forkserver}, --start_method {spawn,fork,forkserver}\n"
-"                        Accepted; only affects Python function entrypoints.\n"
-"  --event-log-handler EVENT_LOG_HANDLER, --event_log_handler EVENT_LOG_HANDLER\n"
-"                        Accepted and ignored (no Python event handlers).\n"
-"  --role ROLE           User-defined role for the workers.\n"
-"  -m, --module          Run the script as a Python module (python -u -m).\n"
-"  --no-python, --no_python\n"
-"                        Execute the training script directly instead of with\n"
-"                        python.\n"
-"  --run-path, --run_path\n"
-"                        Accepted; the script is run by python -u as without\n"
-"                        it.\n"
-"  --log-dir LOG_DIR, --log_dir LOG_DIR\n"
-"                        Base directory for log files; a job-level\n"
-"                        sub-directory <rdzv_id>_<random> is created in it.\n"
-"  -r REDIRECTS, --redirects REDIRECTS\n"
-"                        Redirect std streams into a log file in the log\n"
-"                        directory (e.g. [-r 3] redirects both stdout+stderr\n"
-"                        for all workers, [-r 0:1,1:2] redirects stdout for\n"
-"                        local rank 0 and stderr for local rank 1).\n"
-"  -t TEE, --tee TEE     Tee std streams into a log file and also to console\n"
-"                        (see --redirects for format).\n"
-"  --local-ranks-filter LOCAL_RANKS_FILTER, --local_ranks_filter LOCAL_RANKS_FILTER\n"
-"                        Only show logs from specified local ranks in console\n"
-"                        (e.g. 0,1,2); log files are still written.\n"
-"  --duplicate-stdout-filters DUPLICATE_STDOUT_FILTERS, --duplicate_stdout_filters DUPLICATE_STDOUT_FILTERS\n"
-"                        Accepted and ignored.\n"
-"  --duplicate-stderr-filters DUPLICATE_STDERR_FILTERS, --duplicate_stderr_filters DUPLICATE_STDERR_FILTERS\n"
-"                        Accepted and ignored.\n"
-"  --node-rank NODE_RANK, --node_rank NODE_RANK\n"
-"                        Rank of the node for multi-node distributed training.\n"
-"  --master-addr MASTER_ADDR, --master_addr MASTER_ADDR\n"
-"                        Address of the master node (rank 0), static\n"
-"                        rendezvous only (MASTER_ADDR).\n"
-"  --master-port MASTER_PORT, --master_port MASTER_PORT\n"
-"                        Port on the master node, static rendezvous only\n"
-"                        (MASTER_PORT).\n"
-"  --local-addr LOCAL_ADDR, --local_addr LOCAL_ADDR\n"
-"                        Address of the local node; defaults to its FQDN.\n"
-"  --logs-specs LOGS_SPECS, --logs_specs LOGS_SPECS\n"
-"                        Accepted and ignored (Python entry points only).\n"
-"  --numa-binding {node,socket,exclusive,core-complex}, --numa_binding {node,socket,exclusive,core-complex}\n"
-"                        Accepted and ignored (no binding is done).\n"
-"  --signals-to-handle SIGNALS_TO_HANDLE, --signals_to_handle SIGNALS_TO_HANDLE\n"
-"                        Comma-separated list of signals to handle and forward\n"
-"                        to the workers. Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT.\n"
-"  --virtual-local-rank, --virtual_local_rank\n"
-"                        LOCAL_RANK=0 for every worker and\n"
-"                        CUDA_VISIBLE_DEVICES narrowed to its own device.\n";
+/* "NNODES", or "{a,b}" for choices. */
+static void metavar(const struct opt_def *d, char *buf, size_t len)
+{
+	size_t off = 0;
+	if (d->choices) {
+		off += (size_t)snprintf(buf, len, "{");
+		for (size_t i = 0; d->choices[i] && off < len; i++)
+			off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "," : "", d->choices[i]);
+		if (off < len)
+			snprintf(buf + off, len - off, "}");
+		return;
+	}
+	for (size_t i = 0; d->dest[i] && i + 1 < len; i++, off++)
+		buf[i] = (char)toupper((unsigned char)d->dest[i]);
+	buf[off < len ? off : len - 1] = '\0';
+}
+
+/* Puts word at column *col, starting a new line indented by indent when it
+ * would pass HELP_WIDTH. */
+static void put_word(FILE *f, const char *w, size_t n, size_t *col, size_t indent)
+{
+	if (*col > indent && *col + 1 + n > HELP_WIDTH) {
+		fprintf(f, "\n%*s", (int)indent, "");
+		*col = indent;
+	} else if (*col > indent) {
+		fputc(' ', f);
+		(*col)++;
+	}
+	fwrite(w, 1, n, f);
+	*col += n;
+}
 
 void run_print_usage(FILE *f)
 {
-	fputs(usage_text, f);
+	static const char head[] = "usage: dptp-run ";
+	size_t col = sizeof(head) - 1, indent = col;
+	char tok[160], mv[80];
+	fputs(head, f);
+	for (size_t i = 0; i < O_COUNT; i++) {
+		const struct opt_def *d = &opts[i];
+		metavar(d, mv, sizeof(mv));
+		int n = snprintf(tok, sizeof(tok), (d->flags & OPT_VALUE) ? "[%s %s]" : "[%s]", d->names[0], mv);
+		put_word(f, tok, (size_t)n, &col, indent);
+	}
+	fprintf(f, "\n%*straining_script ...\n", (int)indent, "");
 }
 
 void run_print_help(FILE *f)
 {
-	fputs(usage_text, f);
-	fputs(help_text, f);
+	char mv[80];
+	run_print_usage(f);
+	fputs("\n"
+		"torchrun-compatible launcher and PMIx server (dptp " DPTP_VERSION ")\n"
+		"\n"
+		"positional arguments:\n"
+		"  training_script       Full path to the (single GPU) training program/script\n"
+		"                        to be launched in parallel, followed by all the\n"
+		"                        arguments for the training script.\n"
+		"  training_script_args\n"
+		"\n"
+		"options:\n", f);
+	for (size_t i = 0; i < O_COUNT; i++) {
+		const struct opt_def *d = &opts[i];
+		size_t col = 2;
+		metavar(d, mv, sizeof(mv));
+		fputs("  ", f);
+		for (size_t k = 0; k < 3 && d->names[k]; k++)
+			col += (size_t)fprintf(f, (d->flags & OPT_VALUE) ? "%s%s %s" : "%s%s", k ? ", " : "", d->names[k], mv);
+		if (col <= HELP_COL - 2) {
+			fprintf(f, "%*s", (int)(HELP_COL - col), "");
+		} else {
+			fprintf(f, "\n%*s", HELP_COL, "");
+		}
+		col = HELP_COL;
+		for (const char *w = d->help; *w; ) {
+			size_t n = strcspn(w, " ");
+			put_word(f, w, n, &col, HELP_COL);
+			w += n;
+			w += strspn(w, " ");
+		}
+		fputc('\n', f);
+	}
 }
 
 /* "argument --a/--a_b" as argparse names an option in messages. */

@@ -248,10 +248,31 @@ static void test_report(void **state)
 	failure_release(&f[1]);
 }
 
+/* --help is generated from the parser's table: every spelling the parser
+ * takes is in it, text lines stay within argparse's 78 columns. */
+static void test_help_from_table(void **state)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	run_print_help(m);
+	fclose(m);
+	assert_non_null(strstr(buf, "usage: dptp-run [-h] [--nnodes NNODES]"));
+	assert_non_null(strstr(buf, "\n                [--numa-binding {node,socket,exclusive,core-complex}]\n"));
+	assert_non_null(strstr(buf, "\n  --role ROLE           User-defined role for the workers.\n"));
+	assert_non_null(strstr(buf, "\n  --numa-binding {node,socket,exclusive,core-complex}, "
+		"--numa_binding {node,socket,exclusive,core-complex}\n                        "));
+	for (char *l = buf, *nl; (nl = strchr(l, '\n')); l = nl + 1)
+		if (strncmp(l, "  -", 3))
+			assert_true(nl - l <= 78);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_help_from_table),
 		cmocka_unit_test(test_spellings),
 		cmocka_unit_test(test_short_and_remainder),
 		cmocka_unit_test(test_dashdash),
