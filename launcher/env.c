@@ -193,12 +193,18 @@ static bool overridden(const char *entry, const struct kv *kv, size_t n)
 
 char **env_build(const struct worker_env_spec *s)
 {
-	struct kv kv[20];
+	struct kv kv[24];
 	size_t n = 0, nenv = 0, out = 0;
 	char **v;
 	const char *nccl = getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
 
 #define SET(key, ...) do { kv[n].k = key; snprintf(kv[n].v, sizeof(kv[n].v), __VA_ARGS__); n++; } while (0)
+	/* what torchrun's main sets in its own environment (run.py), so they
+	 * follow the inherited variables */
+	if (s->nproc_per_node > 1 && !getenv("OMP_NUM_THREADS"))
+		SET("OMP_NUM_THREADS", "1");
+	if (s->signals_to_handle)
+		SET("TORCHELASTIC_SIGNALS_TO_HANDLE", "%s", s->signals_to_handle);
 	/* the order of torchrun's worker_env dict (local_elastic_agent.py) */
 	SET("LOCAL_RANK", "%u", s->virtual_local_rank ? 0u : s->local_rank);
 	SET("RANK", "%u", s->global_rank);
@@ -282,11 +288,9 @@ void env_launcher_setup(const struct run_opts *o, FILE *errs)
 			"*****************************************",
 		};
 		char pfx[96];
-		setenv("OMP_NUM_THREADS", "1", 1);
 		env_glog_prefix('W', pfx, sizeof(pfx));
 		for (size_t i = 0; i < DPTP_ARRAY_LEN(lines); i++)
 			fprintf(errs, "%s%s\n", pfx, lines[i]);
 		fflush(errs);
 	}
-	setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_to_handle, 1);
 }

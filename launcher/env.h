@@ -35,6 +35,8 @@ struct worker_env_spec {
 	unsigned restart_count, max_restarts;
 	const char *error_file; /* "" when log_dir is /dev/null */
 	int virtual_local_rank;
+	unsigned nproc_per_node;       /* > 1: OMP_NUM_THREADS=1 unless set */
+	const char *signals_to_handle; /* TORCHELASTIC_SIGNALS_TO_HANDLE */
 };
 
 /* environ | the worker's torchrun variables, as a malloc'd NULL-terminated
@@ -42,8 +44,10 @@ struct worker_env_spec {
 char **env_build(const struct worker_env_spec *spec);
 void env_strv_free(char **v);
 
-/* torchrun's OMP_NUM_THREADS default and warning (run.py L849-861), and
- * TORCHELASTIC_SIGNALS_TO_HANDLE; both go into the launcher's environment. */
+/* torchrun's OMP_NUM_THREADS warning (run.py L849-861), printed when
+ * env_build will give the workers OMP_NUM_THREADS=1 (torchrun sets it in its
+ * own environment; dptp-run passes it in the worker's, with
+ * TORCHELASTIC_SIGNALS_TO_HANDLE, and leaves its own alone). */
 void env_launcher_setup(const struct run_opts *o, FILE *errs);
 
 /* glog-style line prefix torch uses: "W1202 13:53:04.905000 621 dptp-run] " */

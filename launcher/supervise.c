@@ -302,6 +302,8 @@ static int start_workers(struct job *j, const char *attempt_dir, struct dptp_err
 			.max_restarts = o->max_restarts,
 			.error_file = w->error_file,
 			.virtual_local_rank = o->virtual_local_rank,
+			.nproc_per_node = o->nproc,
+			.signals_to_handle = o->signals_to_handle,
 		};
 		int out_fd = -1, err_fd = -1, rc;
 		char **envp = env_build(&spec);
