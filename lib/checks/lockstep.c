@@ -29,8 +29,11 @@
 #define IDLE_STEP 1
 #define PER_STEP 3
 #define NCOLL (STEPS * PER_STEP)
-/* how long a member waits for its peers at one collective */
+/* how long a member waits for its peers at one collective: this, or
+ * SLOW_FACTOR times what the world's exchange just before the run took
+ * (valgrind, an overloaded machine), at most --timeout */
 #define COLL_DEADLINE 2.0
+#define SLOW_FACTOR 50.0
 
 enum op { OP_NONE, OP_ALLREDUCE, OP_ALLGATHER };
 
@@ -53,6 +56,8 @@ struct state {
 	size_t cap;              /* elements per member in buf */
 	char problem[512];       /* the first thing this rank saw go wrong */
 	int problem_k;           /* its collective, -1 none */
+	double prepared;         /* when prepare ended (the driver's exchange follows) */
+	double wait;             /* the per-collective deadline, seconds */
 	int wrong_data;          /* results that differ from the reference */
 	char wrong[256];
 };
@@ -101,6 +106,7 @@ static int lockstep_prepare(struct dptp_ctx *c, void *state, struct dptp_err *er
 	s->buf = calloc((size_t)maxg * s->cap, sizeof(int32_t));
 	s->all = calloc((size_t)c->layout.world, sizeof(s->mine));
 	s->problem_k = -1;
+	s->prepared = dptp_now();
 	if (!s->buf || !s->all)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
 	return 0;
@@ -115,7 +121,7 @@ static void describe(char *out, size_t n, const struct dptp_ctx *c, int k, enum 
 }
 
 /* One collective over group `kind`: publish my entry and n elements, then
- * take every member's, each within COLL_DEADLINE. out: [size][n] in group
+ * take every member's, each within s->wait. out: [size][n] in group
  * order. Returns 0, or -1 with s->problem set. */
 static int enter(struct dptp_ctx *c, struct state *s, int k, enum op op, enum dptp_group_kind kind,
 		 const int32_t *mine, size_t n, int32_t *out)
@@ -143,7 +149,7 @@ static int enter(struct dptp_ctx *c, struct state *s, int k, enum op op, enum dp
 		s->problem_k = k;
 		return -1;
 	}
-	double deadline = dptp_now() + (c->p.timeout < COLL_DEADLINE ? c->p.timeout : COLL_DEADLINE);
+	double deadline = dptp_now() + s->wait;
 	if (deadline > c->x.deadline)
 		deadline = c->x.deadline;
 	for (int i = 0; i < g->size; i++) {
@@ -160,7 +166,7 @@ static int enter(struct dptp_ctx *c, struct state *s, int k, enum op op, enum dp
 			memcpy(&pe, data, sizeof(pe));
 		if (rc < 0) {
 			snprintf(s->problem, sizeof(s->problem), "rank %d never entered %s: waited %.1f s",
-				 q, what, COLL_DEADLINE);
+				 q, what, s->wait);
 		} else if (dl < sizeof(pe) || pe.op != e.op || pe.kind != e.kind || pe.first != e.first) {
 			snprintf(s->problem, sizeof(s->problem), "rank %d entered another collective as #%d than %s",
 				 q, k, what);
@@ -285,6 +291,13 @@ static void lockstep_run(struct dptp_ctx *c, void *state, int round, struct dptp
 	 * the same on every rank here */
 	snprintf(s->prefix, sizeof(s->prefix), "dptp.ls.%dx%dx%d.%llu", c->layout.dp, c->layout.pp,
 		 c->layout.tp, (unsigned long long)c->x.seq);
+	/* the world's exchange between prepare and run says how slow this
+	 * machine is now; the same choice need not be made on every rank */
+	s->wait = SLOW_FACTOR * (dptp_now() - s->prepared);
+	if (s->wait < COLL_DEADLINE)
+		s->wait = COLL_DEADLINE;
+	if (s->wait > c->p.timeout)
+		s->wait = c->p.timeout;
 	for (int step = 0; step < STEPS; step++)
 		if (serve_step(c, s, step) < 0)
 			break;
