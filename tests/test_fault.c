@@ -184,6 +184,60 @@ static void test_where(void **state)
 	}
 }
 
+/* Squeezes runs of blanks (scdoc wraps lines) into one space, drops the
+ * backslash of scdoc's escapes. */
+static void squeeze(char *s)
+{
+	char *o = s;
+	for (char *p = s; *p; p++) {
+		if (*p == '\\')
+			continue;
+		bool blank = *p == ' ' || *p == '\n' || *p == '\t';
+		if (blank && o > s && o[-1] == ' ')
+			continue;
+		*o++ = blank ? ' ' : *p;
+	}
+	*o = 0;
+}
+
+/* The man page's FAULTS section names every fault with its mechanism, its
+ * real bugs and its symptom, as --list does (the same table). */
+static void test_man_faults(void **state)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/man/dptp-check.1.scd", root());
+	char *man = slurp(path);
+	assert_non_null(man);
+	squeeze(man);
+	for (int i = 0; i < DPTP_NFAULTS; i++) {
+		const struct dptp_fault_desc *f = &dptp_faults[i];
+		char want[2048], head[128];
+		snprintf(head, sizeof(head), "*%s* ", f->name);
+		snprintf(want, sizeof(want), "Mechanism %s; real bugs: %s. Symptom users search for: %s", f->mech, f->bugs,
+			 f->symptom);
+		squeeze(want);
+		size_t n = strlen(want);
+		if (n && want[n - 1] == '.')
+			want[n - 1] = 0;
+		const char *at = strstr(man, head);
+		if (!at)
+			fail_msg("man page: no FAULTS entry for %s", f->name);
+		/* the entry ends where the next fault's entry begins */
+		const char *next = NULL;
+		for (int k = 0; k < DPTP_NFAULTS; k++) {
+			char other[128];
+			snprintf(other, sizeof(other), "*%s* ", dptp_faults[k].name);
+			const char *o = k == i ? NULL : strstr(at + strlen(head), other);
+			if (o && (!next || o < next))
+				next = o;
+		}
+		const char *got = strstr(at, want);
+		if (!got || (next && got > next))
+			fail_msg("man page: %s's entry lacks \"%s\"", f->name, want);
+	}
+	free(man);
+}
+
 /* was cli's dptp_dtype_name/dptp_dtype_size, there only for this test */
 static void test_dtype_names(void **state)
 {
@@ -202,6 +256,7 @@ int main(void)
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_table),
 		cmocka_unit_test(test_where),
+		cmocka_unit_test(test_man_faults),
 		cmocka_unit_test(test_dtype_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
