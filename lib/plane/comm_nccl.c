@@ -361,4 +361,13 @@ int dptp_nccl_probe(int nranks, int rank, struct dptp_exchange *x, const struct 
 	return rc;
 }
 
+#else /* no NCCL in this build: no data plane is NCCL */
+
+#include "plane/comm_nccl.h"
+
+int dptp_comm_is_nccl(const struct dptp_comm *c)
+{
+	return 0;
+}
+
 #endif

@@ -19,7 +19,7 @@ int dptp_nccl_probe(int nranks, int rank, struct dptp_exchange *x, const struct 
  * stream as void *) without waiting: for timing with events. */
 int dptp_comm_nccl_allreduce_on(struct dptp_comm *c, const struct dptp_group *g, void *buf,
 				size_t count, enum dptp_dtype dt, void *stream, struct dptp_err *err);
-/* True when c is the NCCL data plane. */
+/* True when c is the NCCL data plane (in every build; 0 without NCCL). */
 int dptp_comm_is_nccl(const struct dptp_comm *c);
 
 #endif
