@@ -64,7 +64,7 @@ static const struct opt_def opts[O_COUNT] = {
 	[O_START_METHOD] = {"start_method", {"--start-method", "--start_method"}, V, "spawn", start_methods,
 		"Accepted; only affects Python function entrypoints."},
 	[O_EVENT_LOG_HANDLER] = {"event_log_handler", {"--event-log-handler", "--event_log_handler"}, V, "null", NULL,
-		"Accepted and ignored (no Python event handlers)."},
+		"Only null; another handler is warned about once and no events are recorded."},
 	[O_ROLE] = {"role", {"--role"}, V, "default", NULL,
 		"User-defined role for the workers."},
 	[O_MODULE] = {"module", {"-m", "--module"}, OPT_PET, NULL, NULL,
@@ -82,9 +82,9 @@ static const struct opt_def opts[O_COUNT] = {
 	[O_LOCAL_RANKS_FILTER] = {"local_ranks_filter", {"--local-ranks-filter", "--local_ranks_filter"}, V, "", NULL,
 		"Only show logs from specified local ranks in console (e.g. 0,1,2); log files are still written."},
 	[O_DUP_STDOUT] = {"duplicate_stdout_filters", {"--duplicate-stdout-filters", "--duplicate_stdout_filters"}, V, "", NULL,
-		"Accepted and ignored."},
+		"Not done yet: a non-empty list is warned about once."},
 	[O_DUP_STDERR] = {"duplicate_stderr_filters", {"--duplicate-stderr-filters", "--duplicate_stderr_filters"}, V, "", NULL,
-		"Accepted and ignored."},
+		"Not done yet: a non-empty list is warned about once."},
 	[O_NODE_RANK] = {"node_rank", {"--node-rank", "--node_rank"}, V, "0", NULL,
 		"Rank of the node for multi-node distributed training."},
 	[O_MASTER_ADDR] = {"master_addr", {"--master-addr", "--master_addr"}, V, "127.0.0.1", NULL,
@@ -94,9 +94,9 @@ static const struct opt_def opts[O_COUNT] = {
 	[O_LOCAL_ADDR] = {"local_addr", {"--local-addr", "--local_addr"}, V, NULL, NULL,
 		"Address of the local node; defaults to its FQDN."},
 	[O_LOGS_SPECS] = {"logs_specs", {"--logs-specs", "--logs_specs"}, OPT_VALUE, NULL, NULL,
-		"Accepted and ignored (Python entry points only)."},
+		"A Python entry point, not loaded: warned about once; the default log layout is used."},
 	[O_NUMA_BINDING] = {"numa_binding", {"--numa-binding", "--numa_binding"}, OPT_VALUE, NULL, numa_modes,
-		"Accepted and ignored (no binding is done)."},
+		"Checked; no binding is done yet (warned about once)."},
 	[O_SIGNALS] = {"signals_to_handle", {"--signals-to-handle", "--signals_to_handle"}, V, "SIGTERM,SIGINT,SIGHUP,SIGQUIT", NULL,
 		"Comma-separated list of signals to handle and forward to the workers. Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT."},
 	[O_VIRTUAL_LOCAL_RANK] = {"virtual_local_rank", {"--virtual-local-rank", "--virtual_local_rank"}, OPT_PET, NULL, NULL,
@@ -200,6 +200,29 @@ static void opt_label(enum opt_id id, char *buf, size_t len)
 	buf[0] = '\0';
 	for (size_t i = 0; i < 3 && opts[id].names[i] && off < len; i++)
 		off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "/" : "", opts[id].names[i]);
+}
+
+/* One line for each accepted option that dptp-run does not act on, so that
+ * a torchrun command line never silently loses a setting. */
+static void warn_unsupported(FILE *errs, const struct run_opts *o)
+{
+	if (!strncmp(o->rdzv_backend, "etcd", 4))
+		fprintf(errs, "dptp-run: warning: --rdzv-backend=%s: there is no etcd client; this one-node job uses the static rendezvous (use c10d for several nodes)\n",
+			o->rdzv_backend);
+	if (o->logs_specs)
+		fprintf(errs, "dptp-run: warning: --logs-specs=%s is a Python entry point and is not loaded; the default layout under --log-dir is used\n",
+			o->logs_specs);
+	if (o->event_log_handler && strcmp(o->event_log_handler, "null"))
+		fprintf(errs, "dptp-run: warning: --event-log-handler=%s is not supported; no agent events are recorded (as with null)\n",
+			o->event_log_handler);
+	if (o->numa_binding)
+		fprintf(errs, "dptp-run: warning: --numa-binding=%s is not done yet; the workers keep the launcher's CPU and memory affinity\n",
+			o->numa_binding);
+	if (o->dup_stdout_filters && *o->dup_stdout_filters)
+		fprintf(errs, "dptp-run: warning: --duplicate-stdout-filters is not done yet; no lines are duplicated\n");
+	if (o->dup_stderr_filters && *o->dup_stderr_filters)
+		fprintf(errs, "dptp-run: warning: --duplicate-stderr-filters is not done yet; no lines are duplicated\n");
+	fflush(errs);
 }
 
 struct parse {
@@ -745,6 +768,7 @@ static enum run_args_result convert(struct parse *p, struct run_opts *o)
 			return usage_error(p->errs, "elastic --nnodes=%s needs --rdzv-backend=c10d; the static rendezvous has a fixed node count",
 				p->val[O_NNODES]);
 	}
+	warn_unsupported(p->errs, o);
 	return RUN_ARGS_OK;
 }
 

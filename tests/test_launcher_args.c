@@ -268,10 +268,43 @@ static void test_help_from_table(void **state)
 	free(buf);
 }
 
+/* Accepted options that dptp-run does not act on are each warned about
+ * once; the defaults are not. */
+static void test_unsupported_warned(void **state)
+{
+	struct run_opts o;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	char *a[] = {"dptp-run", "--numa-binding=node", "--logs-specs", "x", "--rdzv-backend=etcd",
+		"--event-log-handler=console", "--duplicate-stderr-filters=E", "t.py", NULL};
+	assert_int_equal(run_args_parse(&o, 8, a, m, m), RUN_ARGS_OK);
+	fclose(m);
+	static const char *const want[] = {"--numa-binding=node ", "--logs-specs=x ", "--rdzv-backend=etcd:",
+		"--event-log-handler=console ", "--duplicate-stderr-filters "};
+	for (size_t i = 0; i < DPTP_ARRAY_LEN(want); i++) {
+		const char *hit = strstr(buf, want[i]);
+		assert_non_null(hit);
+		assert_null(strstr(hit + 1, want[i]));
+	}
+	assert_null(strstr(buf, "stdout"));
+	run_opts_release(&o);
+	free(buf);
+	char *b[] = {"dptp-run", "t.py", NULL};
+	buf = NULL;
+	m = open_memstream(&buf, &len);
+	assert_int_equal(run_args_parse(&o, 2, b, m, m), RUN_ARGS_OK);
+	fclose(m);
+	assert_string_equal(buf, "");
+	run_opts_release(&o);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_unsupported_warned),
 		cmocka_unit_test(test_help_from_table),
 		cmocka_unit_test(test_spellings),
 		cmocka_unit_test(test_short_and_remainder),
