@@ -1,6 +1,7 @@
 /* Static rendezvous, one node or several, and the agent store (see
  * rendezvous.h). */
 #include "rendezvous.h"
+#include "env.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -82,11 +83,20 @@ void rdzv_json_str(const char *s, char *out, size_t len)
 
 /* ---- the agent store ---------------------------------------------------- */
 
+/* The agent store's one line at its first refusal past the memory budget. */
+static void store_log(void *arg, const char *msg)
+{
+	char pre[64];
+	env_glog_prefix('W', pre, sizeof(pre));
+	fprintf(stderr, "%s%s\n", pre, msg);
+}
+
 static int store_up(struct rendezvous *r, struct dptp_err *err)
 {
 	struct dptp_tcpstore_server_opts so = {
 		.host = r->bind_addr,
 		.port = r->ephemeral ? 0 : (uint16_t)r->master_port,
+		.log = store_log,
 	};
 	struct dptp_err e = {0};
 	if (dptp_tcpstore_server_create(&so, &r->server, &e) < 0)

@@ -32,6 +32,7 @@
 #define DPTP_TCPSTORE_MAX_VALUE (8u * 1024u * 1024u)    /* bytes per value */
 #define DPTP_TCPSTORE_MAX_KEYS (128u * 1024u)           /* keys per request */
 #define DPTP_TCPSTORE_DEFAULT_CLIENT_BYTES (64u * 1024u * 1024u)
+#define DPTP_TCPSTORE_DEFAULT_TOTAL_BYTES (512u * 1024u * 1024u)
 #define DPTP_TCPSTORE_DEFAULT_TIMEOUT 300.0             /* seconds, as Python */
 
 enum dptp_tcpstore_op {
@@ -266,6 +267,15 @@ struct dptp_tcpstore_server_opts {
 	size_t max_client_bytes; /* input + output buffered per client before it
 				  * is disconnected; 0 = 64 MiB */
 	struct dptp_tcpstore_limits limits; /* zero fields = defaults */
+	/* memory budget over every client's buffers and the stored keys,
+	 * values and queue items; past it a growing input, a WAIT or a write
+	 * is refused and its connection closed, others go on. 0 = the
+	 * environment's DPTP_STORE_MAX_BYTES, else 512 MiB */
+	size_t max_total_bytes;
+	/* called once, from the server's thread, at the first refusal past
+	 * the budget (NULL: none); msg is one line without a newline */
+	void (*log)(void *arg, const char *msg);
+	void *log_arg;
 };
 
 /* Binds and listens. The server serves nobody until stepped or started.

@@ -196,7 +196,28 @@ struct dptp_tcpstore_server {
 	/* counters (__atomic) */
 	size_t st_clients, st_buffered, st_keys, st_rejected;
 	size_t buffered;
+	size_t stored;      /* key, value and queue item bytes */
+	size_t max_total;   /* budget for buffered + stored */
+	bool refused;       /* the budget's one log line was written */
+	void (*log)(void *arg, const char *msg);
+	void *log_arg;
 };
+
+/* Would `more` bytes pass the budget? The first refusal is logged once. */
+static bool over_budget(struct dptp_tcpstore_server *s, size_t more, const char *what)
+{
+	if (s->buffered + s->stored + more <= s->max_total)
+		return false;
+	if (!s->refused && s->log) {
+		char msg[256];
+		snprintf(msg, sizeof(msg), "store: memory budget of %zu MiB reached (%zu MiB buffered, %zu MiB stored): "
+			 "refusing %s and closing its connection (logged once; DPTP_STORE_MAX_BYTES sets the budget)",
+			 s->max_total >> 20, s->buffered >> 20, s->stored >> 20, what);
+		s->log(s->log_arg, msg);
+	}
+	s->refused = true;
+	return true;
+}
 
 static void stat_set(size_t *p, size_t v)
 {
@@ -407,14 +428,19 @@ static void wake_one_on(struct dptp_tcpstore_server *s, const uint8_t *k, size_t
 static int kv_set(struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl,
 		  const uint8_t *v, size_t vl)
 {
-	struct entry *e = map_get(&s->kv, k, kl);
-	if (!e)
+	struct entry *e = map_find(&s->kv, k, kl);
+	bool fresh = !e;
+	size_t old = e ? e->vlen : 0, more = (fresh ? kl : 0) + (vl > old ? vl - old : 0);
+	if (more && over_budget(s, more, "a write"))
+		return -ENOSPC;
+	if (fresh && !(e = map_get(&s->kv, k, kl)))
 		return -ENOMEM;
 	uint8_t *nv = malloc(vl ? vl : 1);
 	if (!nv)
 		return -ENOMEM;
 	memcpy(nv, v, vl);
 	free(e->val);
+	s->stored += (fresh ? kl : 0) + vl - old; /* modulo 2^64: shrinking works */
 	e->val = nv;
 	e->vlen = vl;
 	return 0;
@@ -523,7 +549,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 			return 0;
 		}
 		size_t n = flen - 1;
-		if (conn_bytes(c) + n > s->max_client_bytes)
+		if (conn_bytes(c) + n > s->max_client_bytes || over_budget(s, n, "a WAIT"))
 			return -ENOBUFS;
 		c->wait = malloc(n);
 		if (!c->wait)
@@ -544,10 +570,14 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 	case DPTP_TCPSTORE_GETNUMKEYS:
 		out_u64(s, c, (uint64_t)s->kv.n);
 		return 0;
-	case DPTP_TCPSTORE_DELETE_KEY:
+	case DPTP_TCPSTORE_DELETE_KEY: {
 		k = rd_str(&r, &kl);
+		struct entry *d = map_find(&s->kv, k, kl);
+		if (d)
+			s->stored -= d->klen + d->vlen;
 		out_u64(s, c, map_del(&s->kv, k, kl) ? 1 : 0);
 		return 0;
+	}
 	case DPTP_TCPSTORE_APPEND: {
 		k = rd_str(&r, &kl);
 		v = rd_str(&r, &vl);
@@ -557,12 +587,15 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 		} else {
 			if (e->vlen + vl > 4 * (size_t)s->lim.max_value)
 				return -EMSGSIZE; /* keep appends from growing a value without bound */
+			if (over_budget(s, vl, "an APPEND"))
+				return -ENOSPC;
 			uint8_t *nv = realloc(e->val, e->vlen + vl ? e->vlen + vl : 1);
 			if (!nv)
 				return -ENOMEM;
 			memcpy(nv + e->vlen, v, vl);
 			e->val = nv;
 			e->vlen += vl;
+			s->stored += vl;
 		}
 		wake_all_ready(s);
 		return 0;
@@ -593,12 +626,15 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 	case DPTP_TCPSTORE_QUEUE_PUSH: {
 		k = rd_str(&r, &kl);
 		v = rd_str(&r, &vl);
+		if (over_budget(s, vl, "a QUEUE_PUSH"))
+			return -ENOSPC;
 		struct entry *q = map_get(&s->queues, k, kl);
 		if (!q)
 			return -ENOMEM;
 		struct qitem *it = malloc(sizeof(*it) + vl);
 		if (!it)
 			return -ENOMEM;
+		s->stored += vl;
 		it->next = NULL;
 		it->len = vl;
 		memcpy(it->data, v, vl);
@@ -625,6 +661,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 		if (!q->qhead)
 			q->qtail = NULL;
 		q->qlen--;
+		s->stored -= it->len;
 		free(it);
 		if (!q->qlen)
 			map_del(&s->queues, k, kl);
@@ -722,6 +759,10 @@ static void conn_read(struct dptp_tcpstore_server *s, struct conn *c)
 			if (conn_bytes(c) + grow > s->max_client_bytes) {
 				want = c->incap + (s->max_client_bytes - conn_bytes(c));
 				grow = want - c->incap;
+			}
+			if (grow && over_budget(s, grow, "a client's unfinished frame")) {
+				conn_kill(s, c, true);
+				return;
 			}
 			if (grow) {
 				uint8_t *ni = realloc(c->in, want);
@@ -951,6 +992,21 @@ int dptp_tcpstore_server_create(const struct dptp_tcpstore_server_opts *opts,
 	s->lim.max_key = o.limits.max_key ? o.limits.max_key : DPTP_TCPSTORE_MAX_KEY;
 	s->lim.max_value = o.limits.max_value ? o.limits.max_value : DPTP_TCPSTORE_MAX_VALUE;
 	s->lim.max_keys = o.limits.max_keys ? o.limits.max_keys : DPTP_TCPSTORE_MAX_KEYS;
+	s->max_total = o.max_total_bytes;
+	const char *budget = getenv("DPTP_STORE_MAX_BYTES");
+	if (!s->max_total && budget && *budget) {
+		uint64_t v;
+		if (dptp_parse_u64(budget, 1u << 20, UINT64_MAX, true, &v) < 0) {
+			free(s);
+			return dptp_err_set(err, -EINVAL,
+				"invalid DPTP_STORE_MAX_BYTES='%s': expected a size of at least 1M (K/M/G suffixes)", budget);
+		}
+		s->max_total = (size_t)v;
+	}
+	if (!s->max_total)
+		s->max_total = DPTP_TCPSTORE_DEFAULT_TOTAL_BYTES;
+	s->log = o.log;
+	s->log_arg = o.log_arg;
 	s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->wakefd < 0) {
 		int rc = dptp_err_set(err, -errno, "tcpstore server: eventfd: %s", strerror(errno));

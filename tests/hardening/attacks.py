@@ -20,6 +20,10 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   over /dev inside `unshare -m`: the real /dev is never
                   touched; skipped when not root), a FIFO, /dev/fd/N, a
                   254-byte name, `-`: written in place, never replaced.
+  store_memory    rank 0's TCPStore with DPTP_STORE_MAX_BYTES=64M: 32
+                  clients each send 12 MiB of a MULTI_SET of 48 MiB and
+                  stop; its peak RSS (VmHWM from /proc) stays under the
+                  budget + 48 MiB, and rank 1 then joins and the job passes.
   torchrun_env    torchrun-style environments: MASTER_PORT, RANK, WORLD_SIZE
                   or LOCAL_RANK set but empty, LOCAL_RANK unset with
                   LOCAL_WORLD_SIZE=2, no store at --timeout 2: exit 3, one
@@ -44,7 +48,8 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from security import free_port  # noqa: E402
+import security  # noqa: E402
+from security import free_port, VALIDATE, u64  # noqa: E402
 
 ARGS = None
 FAILURES = []
@@ -392,12 +397,90 @@ def case_output_paths():
             "ok" if ok else "bad", p.returncode, p.stdout[:20]))
 
 
+def vm_kb(pid, field):
+    with open("/proc/%d/status" % pid) as f:
+        for ln in f:
+            if ln.startswith(field + ":"):
+                return int(ln.split()[1])
+    return 0
+
+
+def case_store_memory():
+    case = "store_memory"
+    security.ARGS = ARGS
+    port = free_port()
+    os.environ["DPTP_STORE_MAX_BYTES"] = ARGS.store_budget
+    try:
+        p, ls = security.start_rank0(port)
+    finally:
+        del os.environ["DPTP_STORE_MAX_BYTES"]
+    figure(case, attempts=1)
+    socks = []
+    try:
+        if not ls:
+            fail(case, "rank 0 never listened on %d" % port)
+            return
+        hwm0 = vm_kb(p.pid, "VmHWM")
+        chunk = b"x" * (1 << 20)
+        refused = 0
+        why = ""
+        for i in range(32):
+            c = socket.create_connection(("127.0.0.1", port))
+            c.settimeout(2)
+            key = b"/bomb%d/" % i
+            try:
+                # MULTI_SET of 6 values of 8 MiB (the per-value limit):
+                # 12 MiB of it sent, the rest never comes
+                c.sendall(VALIDATE + b"\x0b" + u64(6))
+                for j in range(2):
+                    kj = key + b"%d" % j
+                    c.sendall(u64(len(kj)) + kj + u64(8 << 20))
+                    for _ in range(8 if j == 0 else 4):
+                        c.sendall(chunk)
+            except OSError as e:
+                refused += 1
+                why = str(e)
+            socks.append(c)
+        time.sleep(1.0)
+        hwm = vm_kb(p.pid, "VmHWM")
+        grow = (hwm - hwm0) / 1024
+        FIGURES[case]["peak_rss_growth_mib"] = round(grow, 1)
+        FIGURES[case]["connections_refused"] = refused
+        print("store_memory: 32 clients x 12 MiB of 48 MiB frames, budget %s: peak RSS %d -> %d KiB "
+              "(+%.1f MiB), %d connections refused (%s)" % (ARGS.store_budget, hwm0, hwm, grow, refused, why), flush=True)
+        budget_mib = int(ARGS.store_budget.rstrip("M"))
+        if grow > budget_mib + 48:
+            fail(case, "peak RSS grew by %.0f MiB with a %d MiB budget" % (grow, budget_mib))
+        for c in socks:
+            c.close()
+        # the job is unharmed: rank 1 joins and both pass
+        env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", GROUP_RANK="0",
+                   GROUP_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   TORCHELASTIC_USE_AGENT_STORE="False", TORCHELASTIC_RUN_ID="security")
+        env.pop("PMIX_NAMESPACE", None)
+        r1 = subprocess.run([ARGS.check, "--tokens", "8", "--hidden", "64", "--timeout", "20"], env=env,
+                            capture_output=True, text=True, timeout=60)
+        rc0 = p.wait(timeout=30)
+        err0 = p.stderr.read()
+        if r1.returncode != 0 or rc0 != 0:
+            figure(case, false_verdicts=1)
+            fail(case, "after the attack: rank 0 exit %s, rank 1 exit %s: %s %s" % (rc0, r1.returncode,
+                                                                                err0[-300:], r1.stderr[-300:]))
+        else:
+            print("ok store_memory: the job passed after the attack", flush=True)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 CASES = {
     "ipc_flood": lambda: case_ipc("ipc_flood", "flood"),
     "ipc_inject": lambda: case_ipc("ipc_inject", "inject"),
     "faults_still": case_faults_still,
     "torchrun_env": case_torchrun_env,
     "output_paths": case_output_paths,
+    "store_memory": case_store_memory,
 }
 
 
@@ -411,6 +494,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--attacker")
     ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--store-budget", default="64M", help="DPTP_STORE_MAX_BYTES for store_memory (in M)")
     ARGS = ap.parse_args()
     if ARGS.attacker:
         return attacker(ARGS.attacker, ARGS.seconds)
