@@ -260,6 +260,23 @@ def case_error_file_shapes():
             check(named == (i < 7), "shape %r error_file line:\n%s" % (text, rep))
 
 
+def case_master_addr_v6():
+    # --master-addr [::1] as torchrun takes it: the brackets go (MASTER_ADDR=::1)
+    # and the agent store listens there
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+            port = s.getsockname()[1]
+    except OSError:
+        print("SKIP: no IPv6 loopback")
+        sys.exit(77)
+    probe = ("import os, socket; a, p = os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']); "
+             "socket.create_connection((a, p), timeout=5).close(); print('MA=' + a)")
+    rc, out, err = run(["--master-addr=[::1]", "--master-port=%d" % port, "--nproc-per-node=1",
+                        "--no-python", sys.executable, "-c", probe])
+    check(rc == 0 and out.strip() == "MA=::1", "rc %d out %r err %s" % (rc, out, err))
+
+
 def case_restart():
     script = 'echo RC=$TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_ERROR_FILE; exit 2'
     rc, out, err = run(["--max-restarts=1", "--no-python", "sh", "-c", script])
