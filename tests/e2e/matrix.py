@@ -208,9 +208,30 @@ def finish(failures, n, what):
     return 1 if failures else 0
 
 
+def visible_of(rows):
+    """The "where visible" sentence from the matrix alone, derived here
+    independently: rows = [(dp, pp, tp, [replica has a failing check])].
+    A condition "X > 1" is named when every layout that shows a failure has
+    it; "replica 0 always healthy" when replica 0 never fails."""
+    shown = [(d, p, t) for (d, p, t, f) in rows if any(f)]
+    if not shown:
+        return "no check failed in any of the %d layouts" % len(rows)
+    if len(shown) == len(rows):
+        s = "visible in every layout (%d)" % len(rows)
+    else:
+        conds = [name for k, name in enumerate(("dp", "pp", "tp")) if all(l[k] > 1 for l in shown)]
+        s = "visible %sin %d of %d layouts (%s)" % (
+            "only with %s " % " and ".join(c + " > 1" for c in conds) if conds else "",
+            len(shown), len(rows), ", ".join("%dx%dx%d" % l for l in shown))
+    if not any(f[0] for (_, _, _, f) in rows):
+        s += "; replica 0 always healthy"
+    return s
+
+
 def sweep(args):
     """--layouts all on world 4 and 8, each fault alone: every layout's report
-    matches the derivation, and the matrix matches the reports."""
+    matches the derivation, the matrix matches the reports, and the
+    sentence matches the matrix."""
     failures = []
     n = 0
     for world in (4, 8):
@@ -238,21 +259,27 @@ def sweep(args):
             if len(sw["layouts"]) != want_n or len(sw["matrix"]) != want_n:
                 failures.append("%s: %d layouts, want %d" % (name, len(sw["layouts"]), want_n))
             anyfail = False
+            rows = []
             for rep, row in zip(sw["layouts"], sw["matrix"]):
                 dp, pp, tp = rep["layout"]["dp"], rep["layout"]["pp"], rep["layout"]["tp"]
                 lname = "%s layout %dx%dx%d" % (name, dp, pp, tp)
                 if (row["dp"], row["pp"], row["tp"]) != (dp, pp, tp):
                     failures.append("%s: matrix row %r" % (lname, row))
                 verify(lname, rep, expected(dp, pp, tp, fault), failures)
+                fails = []
                 for r, cell in zip(rep["replicas"], row["replicas"]):
                     bad = [c["name"] for c in r["checks"] if c["status"] in ("fail", "error", "timeout")]
                     anyfail |= any(c["status"] == "fail" for c in r["checks"])
+                    fails.append(bool(bad))
                     if bad != cell["failing"]:
                         failures.append("%s: matrix dp%d lists %r, the report %r" % (lname, r["dp"], cell["failing"], bad))
+                rows.append((dp, pp, tp, fails))
             if p.returncode != (1 if anyfail else 0):
                 failures.append("%s: exit %d" % (name, p.returncode))
             if fault is None and sw["visible"] != "no check failed in any of the %d layouts" % want_n:
                 failures.append("%s: visible says %r" % (name, sw["visible"]))
+            if sw["visible"] != visible_of(rows):
+                failures.append("%s: visible says %r, the matrix %r" % (name, sw["visible"], visible_of(rows)))
             print("%-40s %s %.2fs" % (name, "ok" if len(failures) == before else "FAILED", dt), flush=True)
     return finish(failures, n, "sweeps")
 
