@@ -581,17 +581,24 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 	return 0;
 }
 
+int rendezvous_heartbeat(struct rendezvous *r, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	/* torch's timer fires every keep_alive_interval and skips when the last
+	 * heartbeat is younger: checked here on every call instead, so that a
+	 * heartbeat is never up to two intervals old */
+	if (c && c->c && c->heartbeats && should_keep_alive(r))
+		return run_op(r, op_keep_alive, dptp_now() + r->opts->c10d.heartbeat, "a heartbeat", err);
+	return 0;
+}
+
 int rendezvous_tick(struct rendezvous *r, struct dptp_err *err)
 {
 	struct rdzv_c10d *c = r->c10d;
 	int has_set;
 	if (!c || !c->c || !c->joined_once)
 		return 0;
-	/* torch's timer fires every keep_alive_interval and skips when the last
-	 * heartbeat is younger: checked here on every call instead, so that a
-	 * heartbeat is never up to two intervals old */
-	if (c->heartbeats && should_keep_alive(r))
-		DPTP_TRY(run_op(r, op_keep_alive, dptp_now() + r->opts->c10d.heartbeat, "a heartbeat", err));
+	DPTP_TRY(rendezvous_heartbeat(r, err));
 	/* num_nodes_waiting() */
 	DPTP_TRY(sync_state(r, &has_set, err));
 	return (int)c->st->nwait;

@@ -507,8 +507,19 @@ int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_er
 	DPTP_TRY(dptp_tcpstore_client_add(r->agent, nm, 1, &v, err));
 	if (v == (int64_t)r->barrier_n)
 		DPTP_TRY(dptp_tcpstore_client_set(r->agent, lm, "<val_ignored>", 13, err));
-	if (!watch)
+	if (!watch && !r->c10d)
 		return dptp_tcpstore_client_wait(r->agent, k1, 1, timeout, err);
+	if (!watch) { /* c10d: waits in slices, heartbeats in between (as torch's timer thread) */
+		for (;;) {
+			double left = deadline - dptp_now();
+			if (left <= 0)
+				return dptp_err_set(err, -ETIMEDOUT, "exit barrier: not every node finished within %.0f s", timeout);
+			int rc = dptp_tcpstore_client_wait(r->agent, k1, 1, left < 1.0 ? left : 1.0, err);
+			if (rc != -ETIMEDOUT)
+				return rc;
+			DPTP_TRY(rendezvous_heartbeat(r, err));
+		}
+	}
 	/* every node a dptp-run: wait in slices and stop early when one of
 	 * them reports that this attempt failed */
 	snprintf(fk, sizeof(fk), "dptp/%u/failed", r->attempt);

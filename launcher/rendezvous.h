@@ -106,6 +106,8 @@ int rdzv_c10d_init(struct rendezvous *r, struct dptp_err *err);
  * num_nodes_waiting(); > 0 means re-rendezvous), 0 for other backends, or a
  * negative errno. */
 int rendezvous_tick(struct rendezvous *r, struct dptp_err *err);
+/* c10d: the heartbeat alone, when due (0 for other backends). */
+int rendezvous_heartbeat(struct rendezvous *r, struct dptp_err *err);
 
 /* Shared by the implementations: torchrun's _assign_worker_ranks for group
  * rank me of n over c (role_info, node 0's MULTI_SET, own assigned_ranks

@@ -173,8 +173,8 @@ def case_signals():
         rc, out, err = finish([p], 30)[0]
         check(rc == -signal.SIGTERM and time.monotonic() - t0 < 5, "static node %d: rc %d: %s" % (rank, rc, err))
     # in a later rendezvous (workers ran once): exit 1 with SignalException.
-    # Node 0's workers fail, it restarts and waits for a second node (node
-    # 1, done, waits in the exit barrier and is dropped after 3 s silence)
+    # Node 0's workers fail, it restarts and waits in the wait list (node 1,
+    # done, heartbeats from the exit barrier but checks no membership there)
     port = free_port()
     a = node(0, 2, port, "sg2", ["failfirst"], conf=FAST + ",is_host=1", extra=["--max-restarts=1"])
     b = node(1, 2, port, "sg2", ["late", "1"], conf=FAST + ",is_host=0")
