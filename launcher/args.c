@@ -72,7 +72,7 @@ static const struct opt_def opts[O_COUNT] = {
 	[O_NO_PYTHON] = {"no_python", {"--no-python", "--no_python"}, OPT_PET, NULL, NULL,
 		"Execute the training script directly instead of with python."},
 	[O_RUN_PATH] = {"run_path", {"--run-path", "--run_path"}, OPT_PET, NULL, NULL,
-		"Accepted; the script is run by python -u as without it."},
+		"Run the script by runpy.run_path under an @record-style handler: its traceback is in the failure report."},
 	[O_LOG_DIR] = {"log_dir", {"--log-dir", "--log_dir"}, V, NULL, NULL,
 		"Base directory for log files; a job-level sub-directory <rdzv_id>_<random> is created in it."},
 	[O_REDIRECTS] = {"redirects", {"-r", "--redirects"}, V, "0", NULL,

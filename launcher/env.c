@@ -59,11 +59,28 @@ static const char *python_for_workers(char *buf, size_t len)
 	return "python3";
 }
 
+/* --run-path: torchrun runs the script by runpy.run_path in a function
+ * wrapped by @record, whose error handler writes the exception with its
+ * traceback to TORCHELASTIC_ERROR_FILE (errors/error_handler.py) before
+ * the worker exits 1; the failure report then shows that traceback. */
+static const char run_path_code[] =
+	"import json, os, runpy, sys, time, traceback\n"
+	"sys.argv = sys.argv[1:]\n"
+	"try:\n"
+	"    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+	"except Exception as e:\n"
+	"    f = os.environ.get('TORCHELASTIC_ERROR_FILE')\n"
+	"    if f:\n"
+	"        with open(f, 'w') as fp:\n"
+	"            json.dump({'message': {'message': f'{type(e).__name__}: {e}', 'extraInfo': {\n"
+	"                'py_callstack': traceback.format_exc(), 'timestamp': str(int(time.time()))}}}, fp)\n"
+	"    raise\n";
+
 int env_build_command(const struct run_opts *o, struct worker_cmd *cmd, struct dptp_err *err)
 {
 	char venv_py[4096];
 	const char *py = python_for_workers(venv_py, sizeof(venv_py));
-	size_t n = 0, cap = (size_t)o->nscript_args + 5;
+	size_t n = 0, cap = (size_t)o->nscript_args + 6;
 	memset(cmd, 0, sizeof(*cmd));
 	cmd->argv = calloc(cap, sizeof(char *));
 	if (!cmd->argv)
@@ -71,6 +88,15 @@ int env_build_command(const struct run_opts *o, struct worker_cmd *cmd, struct d
 	if (o->no_python && !o->run_path) {
 		cmd->path = resolve(o->script);
 		cmd->entry_name = strdup(o->script);
+		cmd->argv[n++] = strdup(o->script);
+	} else if (o->run_path) {
+		/* torchrun's report names the function entry point */
+		cmd->path = resolve(py);
+		cmd->entry_name = strdup("run_script_path");
+		cmd->argv[n++] = strdup(py);
+		cmd->argv[n++] = strdup("-u");
+		cmd->argv[n++] = strdup("-c");
+		cmd->argv[n++] = strdup(run_path_code);
 		cmd->argv[n++] = strdup(o->script);
 	} else {
 		cmd->path = resolve(py);

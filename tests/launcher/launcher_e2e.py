@@ -277,6 +277,23 @@ def case_master_addr_v6():
     check(rc == 0 and out.strip() == "MA=::1", "rc %d out %r err %s" % (rc, out, err))
 
 
+def case_run_path():
+    # --run-path: the script runs under torchrun's @record-style handler, so
+    # the report shows its traceback (entry point run_script_path, as torchrun)
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "rp.py")
+        with open(script, "w") as f:
+            f.write("import sys\ndef m():\n    raise ValueError('boom ' + sys.argv[1])\nm()\n")
+        rc, out, err = run(["--run-path", "--nproc-per-node=1", script, "X"])
+        check(rc == 1, "rc %d %s" % (rc, err))
+        rep = report_of(err)
+        check("\nrun_script_path FAILED\n" in rep, rep)
+        check("error_file: <N/A>" not in rep, rep)
+        check(re.search(r"traceback : Traceback \(most recent call last\):\n(  .*\n)*"
+                        r"    File \"%s\", line 3, in m\n(  .*\n)*  ValueError: boom X\n" % re.escape(script), rep + "\n"),
+              rep)
+
+
 def case_restart():
     script = 'echo RC=$TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_ERROR_FILE; exit 2'
     rc, out, err = run(["--max-restarts=1", "--no-python", "sh", "-c", script])
