@@ -300,10 +300,33 @@ static void test_unsupported_warned(void **state)
 	free(buf);
 }
 
+/* The OMP_NUM_THREADS warning leaves the launcher's own environment alone:
+ * the workers get the variables from env_build's spec. */
+static void test_launcher_env_untouched(void **state)
+{
+	struct run_opts o;
+	char *buf = NULL;
+	size_t len = 0;
+	char *a[] = {"dptp-run", "--nproc-per-node=2", "t.py", NULL};
+	unsetenv("OMP_NUM_THREADS");
+	unsetenv("TORCHELASTIC_SIGNALS_TO_HANDLE");
+	unsetenv("PET_NPROC_PER_NODE");
+	FILE *m = open_memstream(&buf, &len);
+	assert_int_equal(run_args_parse(&o, 3, a, m, m), RUN_ARGS_OK);
+	env_launcher_setup(&o, m);
+	fclose(m);
+	assert_non_null(strstr(buf, "Setting OMP_NUM_THREADS environment variable for each process to be 1"));
+	assert_null(getenv("OMP_NUM_THREADS"));
+	assert_null(getenv("TORCHELASTIC_SIGNALS_TO_HANDLE"));
+	run_opts_release(&o);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_launcher_env_untouched),
 		cmocka_unit_test(test_unsupported_warned),
 		cmocka_unit_test(test_help_from_table),
 		cmocka_unit_test(test_spellings),
