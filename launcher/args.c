@@ -748,7 +748,8 @@ static enum run_args_result convert(struct parse *p, struct run_opts *o)
 	o->dup_stderr_filters = p->val[O_DUP_STDERR];
 	if ((r = int_arg(p, O_NODE_RANK, 0, 65535, &o->node_rank)))
 		return r;
-	o->master_addr = p->val[O_MASTER_ADDR];
+	/* as torchrun's parse_rendezvous_endpoint: "[::1]" is host ::1 */
+	o->master_addr = dptp_host_unbracket(p->val[O_MASTER_ADDR], o->master_addr_buf, sizeof(o->master_addr_buf));
 	if ((r = int_arg(p, O_MASTER_PORT, 0, 65535, &o->master_port)))
 		return r;
 	o->local_addr = p->val[O_LOCAL_ADDR];

@@ -49,7 +49,8 @@ struct run_opts {
 	size_t nlocal_ranks_filter;
 	const char *dup_stdout_filters, *dup_stderr_filters;
 	unsigned node_rank;
-	const char *master_addr;
+	const char *master_addr; /* brackets of an IPv6 address removed */
+	char master_addr_buf[256];
 	unsigned master_port;
 	const char *local_addr;
 	const char *logs_specs;

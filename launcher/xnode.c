@@ -133,8 +133,9 @@ static int dial(const struct xnode *x)
 	char service[16];
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
 	int fd = -1;
+	char plain[256];
 	snprintf(service, sizeof(service), "%u", x->port);
-	if (getaddrinfo(x->host, service, &hints, &res) != 0)
+	if (getaddrinfo(dptp_host_unbracket(x->host, plain, sizeof(plain)), service, &hints, &res) != 0)
 		return -EHOSTUNREACH;
 	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);

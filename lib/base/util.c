@@ -99,6 +99,16 @@ int dptp_parse_u64(const char *s, uint64_t min, uint64_t max, bool allow_suffix,
 	return 0;
 }
 
+const char *dptp_host_unbracket(const char *host, char *buf, size_t len)
+{
+	size_t n = host ? strlen(host) : 0;
+	if (n < 2 || host[0] != '[' || host[n - 1] != ']' || n - 2 >= len)
+		return host;
+	memcpy(buf, host + 1, n - 2);
+	buf[n - 2] = '\0';
+	return buf;
+}
+
 int dptp_parse_double(const char *s, double min, double max, double *out)
 {
 	if (!s || !*s || *s == ' ' || *s == '\t')

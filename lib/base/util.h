@@ -41,6 +41,10 @@ int dptp_parse_u64(const char *s, uint64_t min, uint64_t max, bool allow_suffix,
 /* Strict double parse, finite, within [min,max]. */
 int dptp_parse_double(const char *s, double min, double max, double *out);
 
+/* A host as getaddrinfo takes it: "[::1]" (the URL form torchrun users
+ * write for IPv6) becomes "::1" in buf; anything else is returned as is. */
+const char *dptp_host_unbracket(const char *host, char *buf, size_t len);
+
 /* Deterministic 64-bit mixing (splitmix64), used for inputs and names. */
 static inline uint64_t dptp_mix64(uint64_t x)
 {

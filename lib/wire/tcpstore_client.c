@@ -315,7 +315,8 @@ static int do_connect(struct dptp_tcpstore_client *c, const char *host, uint16_t
 	int last = -ECONNREFUSED;
 	for (;;) {
 		struct addrinfo *res = NULL;
-		int g = getaddrinfo(host, service, &hints, &res);
+		char plain[256];
+		int g = getaddrinfo(dptp_host_unbracket(host, plain, sizeof(plain)), service, &hints, &res);
 		if (g == 0) {
 			for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
 				int fd = connect_once(ai, deadline);

@@ -935,7 +935,8 @@ static int try_bind(const char *host, uint16_t port, int backlog, int *fdout, ui
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
 	struct addrinfo *res = NULL;
-	int g = getaddrinfo(host, service, &hints, &res);
+	char plain[256];
+	int g = getaddrinfo(dptp_host_unbracket(host, plain, sizeof(plain)), service, &hints, &res);
 	if (g != 0)
 		return dptp_err_set(err, -EADDRNOTAVAIL, "tcpstore server: cannot resolve '%s': %s",
 				    host, gai_strerror(g));
