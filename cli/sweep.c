@@ -2,7 +2,6 @@
  * job, regrouping without a relaunch, and the layout x replica matrix that
  * says where a fault is visible. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,32 +225,24 @@ static void write_any(const struct sweep *w, enum dptp_format fmt, FILE *f, bool
 		write_text(w, f, color, verbose);
 }
 
-/* Atomically: a temporary file beside path, then rename. */
+struct sweep_emit {
+	const struct sweep *w;
+	enum dptp_format fmt;
+};
+
+static int emit_sweep(void *arg, FILE *f)
+{
+	const struct sweep_emit *e = arg;
+	write_any(e->w, e->fmt, f, false, 0);
+	return ferror(f) ? -EIO : 0;
+}
+
+/* As --output does for one report: atomic replace, or in place for a
+ * device, FIFO or descriptor path (lib/report). */
 static int write_file(const struct sweep *w, enum dptp_format fmt, const char *path, struct dptp_err *err)
 {
-	char *tmp = NULL;
-	if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
-		return dptp_err_set(err, -ENOMEM, "out of memory");
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-	int rc = 0;
-	if (!f) {
-		rc = dptp_err_set(err, -errno, "--output %s: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-	} else {
-		write_any(w, fmt, f, false, 0);
-		if (fflush(f) != 0 || fsync(fileno(f)) != 0)
-			rc = dptp_err_set(err, -errno, "--output %s: %s", path, strerror(errno));
-		if (fclose(f) != 0 && rc == 0)
-			rc = dptp_err_set(err, -errno, "--output %s: %s", path, strerror(errno));
-		if (rc == 0 && rename(tmp, path) != 0)
-			rc = dptp_err_set(err, -errno, "--output %s: %s", path, strerror(errno));
-	}
-	if (rc < 0)
-		unlink(tmp);
-	free(tmp);
-	return rc;
+	struct sweep_emit e = { w, fmt };
+	return dptp_write_file_with(path, emit_sweep, &e, err);
 }
 
 /* Rank 0: one report per layout from the results of every rank (gathered

@@ -680,7 +680,7 @@ static int open_in_place(const char *path, struct dptp_err *err)
 	}
 }
 
-static int write_in_place(const struct dptp_report *r, enum dptp_format fmt, const char *path,
+static int write_in_place(int (*emit)(void *arg, FILE *f), void *arg, const char *path,
 			  struct dptp_err *err)
 {
 	int fd = open_in_place(path, err);
@@ -693,10 +693,10 @@ static int write_in_place(const struct dptp_report *r, enum dptp_format fmt, con
 		return dptp_err_set(err, -e, "cannot write report '%s': %s", path, strerror(e));
 	}
 	errno = 0;
-	int rc = dptp_report_write(r, fmt, f, false, 0);
+	int rc = emit(arg, f);
 	if (rc == -EINVAL) {
 		fclose(f);
-		return dptp_err_set(err, rc, "cannot write report '%s': unknown format %d", path, (int)fmt);
+		return dptp_err_set(err, rc, "cannot write report '%s': unknown format", path);
 	}
 	if (rc < 0 || fflush(f) != 0 || ferror(f))
 		rc = -(errno ? errno : EIO);
@@ -705,13 +705,31 @@ static int write_in_place(const struct dptp_report *r, enum dptp_format fmt, con
 	return rc < 0 ? dptp_err_set(err, rc, "cannot write report '%s': %s", path, strerror(-rc)) : 0;
 }
 
+struct report_emit {
+	const struct dptp_report *r;
+	enum dptp_format fmt;
+};
+
+static int emit_report(void *arg, FILE *f)
+{
+	const struct report_emit *e = arg;
+	return dptp_report_write(e->r, e->fmt, f, false, 0);
+}
+
 int dptp_report_write_file(const struct dptp_report *r, enum dptp_format fmt,
 			   const char *path, struct dptp_err *err)
+{
+	struct report_emit e = { r, fmt };
+	return dptp_write_file_with(path, emit_report, &e, err);
+}
+
+int dptp_write_file_with(const char *path, int (*emit)(void *arg, FILE *f), void *arg,
+			 struct dptp_err *err)
 {
 	if (!path || !*path)
 		return dptp_err_set(err, -EINVAL, "cannot write the report: empty file name");
 	if (in_place(path))
-		return write_in_place(r, fmt, path, err);
+		return write_in_place(emit, arg, path, err);
 	const char *slash = strrchr(path, '/');
 	const char *base = slash ? slash + 1 : path;
 	if (!*base)
@@ -753,9 +771,9 @@ int dptp_report_write_file(const struct dptp_report *r, enum dptp_format fmt,
 		goto fail;
 	}
 	errno = 0;
-	rc = dptp_report_write(r, fmt, f, false, 0);
+	rc = emit(arg, f);
 	if (rc == -EINVAL) {
-		dptp_err_set(err, rc, "cannot write report '%s': unknown format %d", path, (int)fmt);
+		dptp_err_set(err, rc, "cannot write report '%s': unknown format", path);
 		fclose(f);
 		goto fail;
 	}

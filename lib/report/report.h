@@ -98,6 +98,10 @@ int dptp_report_write(const struct dptp_report *r, enum dptp_format fmt, FILE *f
  * Returns 0 or -errno with a message naming the path. */
 int dptp_report_write_file(const struct dptp_report *r, enum dptp_format fmt,
 			   const char *path, struct dptp_err *err);
+/* The same for any writer: emit(arg, f) writes the content (0 or a negative
+ * errno). Used by dptp-check --layouts for its several reports. */
+int dptp_write_file_with(const char *path, int (*emit)(void *arg, FILE *f), void *arg,
+			 struct dptp_err *err);
 
 /* Escapers, exposed for tests: append the escaped form of n bytes of s to a
  * FILE. JSON: every control byte as \u00XX, invalid UTF-8 as U+FFFD.
