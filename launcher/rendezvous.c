@@ -581,14 +581,8 @@ int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_
 			return dptp_err_set(err, -EINVAL, "Port number must be specified for StaticTCPRendezvous, endpoint: %s", o->rdzv_endpoint);
 		r->master_port = (unsigned)port;
 	} else {
-		/* torchrun joins "<master_addr>:<master_port>" and parses that
-		 * endpoint: an IPv6 address in brackets loses them ([::1] -> ::1) */
-		const char *m = o->master_addr;
-		size_t len = strlen(m);
-		if (len > 2 && m[0] == '[' && m[len - 1] == ']')
-			snprintf(r->master_addr, sizeof(r->master_addr), "%.*s", (int)(len - 2), m + 1);
-		else
-			snprintf(r->master_addr, sizeof(r->master_addr), "%s", m);
+		/* brackets of an IPv6 address already dropped by the parser */
+		snprintf(r->master_addr, sizeof(r->master_addr), "%s", o->master_addr);
 		r->master_port = o->master_port;
 	}
 	snprintf(r->bind_addr, sizeof(r->bind_addr), "%s", r->master_addr);

@@ -619,23 +619,6 @@ def case_agent_store():
         s.listen()
         rc, out, err = run(["--nproc-per-node=1", "--no-python", "true"])
     check(rc == 1 and "cannot host the agent store at 127.0.0.1 port %d" % PORT in err, err)
-    # --master-addr in the bracketed IPv6 form torchrun users write
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-        v6 = True
-    except OSError:
-        v6 = False
-    if v6:
-        rc, out, err = run(["--nproc-per-node=2", "--master-addr", "[::1]", "--master-port", "0", "--no-python",
-                            sys.executable, PROBE, "check"])
-        check(rc == 0 and sorted(out.splitlines()) == ["store ok rank %d of 2" % r for r in range(2)],
-              "[::1]: rc %d %s %s" % (rc, out, err))
-        # workers get the address without brackets, as torchrun gives it
-        rc, out, err = run(["--master-addr", "[::1]", "--no-python", "sh", "-c", "echo $MASTER_ADDR"])
-        check(rc == 0 and out == "::1\n", "[::1]: rc %d %r %s" % (rc, out, err))
-    else:
-        print("no ::1 on this machine: the IPv6 master address is not tried")
 
 
 def two_nodes(args0, args1, nproc=2, env=None, timeout=90, port=None, node1_port=None):
