@@ -31,7 +31,7 @@
 #define NCOLL (STEPS * PER_STEP)
 /* how long a member waits for its peers at one collective: this, or
  * SLOW_FACTOR times what the world's exchange just before the run took
- * (valgrind, an overloaded machine), at most --timeout */
+ * (valgrind, an overloaded machine), at most a third of the time left */
 #define COLL_DEADLINE 2.0
 #define SLOW_FACTOR 50.0
 
@@ -296,8 +296,11 @@ static void lockstep_run(struct dptp_ctx *c, void *state, int round, struct dptp
 	s->wait = SLOW_FACTOR * (dptp_now() - s->prepared);
 	if (s->wait < COLL_DEADLINE)
 		s->wait = COLL_DEADLINE;
-	if (s->wait > c->p.timeout)
-		s->wait = c->p.timeout;
+	/* and leaves most of the check's deadline to the comparison of the
+	 * records that follows (a victim waits once, the cause once more) */
+	double left = (c->x.deadline - dptp_now()) / 3;
+	if (s->wait > left)
+		s->wait = left > 0.1 ? left : 0.1;
 	for (int step = 0; step < STEPS; step++)
 		if (serve_step(c, s, step) < 0)
 			break;
