@@ -251,7 +251,9 @@ int dptp_tcpstore_client_list_keys(struct dptp_tcpstore_client *c, char ***keys,
  * WAIT from a client replaces its unanswered one; a disconnect drops it.
  * Every write (SET, ADD, APPEND, COMPARE_SET, MULTI_SET) answers each waiter
  * whose keys now all exist; QUEUE_PUSH answers the oldest such waiter on that
- * queue only, so that one blocked queue_pop takes one item. A connection is
+ * queue only, so that one blocked queue_pop takes one item. Waiters are
+ * indexed by their first missing key: a write costs the waiters of the key
+ * it wrote, not every waiter's key list. A connection is
  * closed on a protocol error (see the scanner), a first command other than
  * VALIDATE, an ADD on a value that is not a number, or when its buffered
  * input, output and pending wait pass max_client_bytes. */

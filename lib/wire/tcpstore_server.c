@@ -39,6 +39,7 @@ struct entry {
 	size_t vlen;
 	struct qitem *qhead, *qtail; /* queue map */
 	size_t qlen;
+	struct conn *wfirst, *wlast; /* waiter index: waiters whose next missing key this is */
 };
 
 struct map {
@@ -173,6 +174,12 @@ struct conn {
 	size_t waitlen;
 	struct conn *wprev, *wnext;
 	bool waiting;
+	/* in the waiter index under ikey, the first key of the list from
+	 * byte woff on (wleft keys) not present when last looked */
+	struct entry *ikey;
+	struct conn *iprev, *inext;
+	size_t woff;
+	uint64_t wleft;
 };
 
 struct dptp_tcpstore_server {
@@ -183,6 +190,7 @@ struct dptp_tcpstore_server {
 	struct dptp_tcpstore_limits lim;
 	struct map kv;
 	struct map queues;
+	struct map widx;    /* key -> waiters, see struct conn */
 	struct conn **conns;
 	size_t nconns, capconns;
 	struct conn *whead, *wtail; /* waiters, in arrival order */
@@ -234,10 +242,30 @@ static size_t conn_bytes(const struct conn *c)
 	return c->incap + c->outcap + c->waitlen;
 }
 
+static void index_remove(struct dptp_tcpstore_server *s, struct conn *c)
+{
+	struct entry *e = c->ikey;
+	if (!e)
+		return;
+	if (c->iprev)
+		c->iprev->inext = c->inext;
+	else
+		e->wfirst = c->inext;
+	if (c->inext)
+		c->inext->iprev = c->iprev;
+	else
+		e->wlast = c->iprev;
+	c->iprev = c->inext = NULL;
+	c->ikey = NULL;
+	if (!e->wfirst)
+		map_del(&s->widx, e->key, e->klen);
+}
+
 static void waiter_unlink(struct dptp_tcpstore_server *s, struct conn *c)
 {
 	if (!c->waiting)
 		return;
+	index_remove(s, c);
 	if (c->wprev)
 		c->wprev->wnext = c->wnext;
 	else
@@ -383,45 +411,65 @@ static bool keys_present(const struct dptp_tcpstore_server *s, const uint8_t *li
 	return true;
 }
 
-static bool keys_contain(const uint8_t *list, const uint8_t *key, size_t klen)
-{
-	struct rd r = {.p = list};
-	uint64_t n = rd_u64(&r);
-	for (uint64_t i = 0; i < n; i++) {
-		size_t kl;
-		const uint8_t *k = rd_str(&r, &kl);
-		if (kl == klen && memcmp(k, key, kl) == 0)
-			return true;
-	}
-	return false;
-}
-
 static void wake(struct dptp_tcpstore_server *s, struct conn *c)
 {
 	waiter_unlink(s, c);
 	out_u8(s, c, DPTP_TCPSTORE_STOP_WAITING);
 }
 
-/* After a write: every waiter whose keys are all present is answered. */
-static void wake_all_ready(struct dptp_tcpstore_server *s)
+/* Moves c's cursor past the keys now present and files it under the first
+ * missing one. false when every key is present (c is then in no list). */
+static bool index_file(struct dptp_tcpstore_server *s, struct conn *c)
 {
-	struct conn *c = s->whead;
-	while (c) {
-		struct conn *next = c->wnext;
+	index_remove(s, c);
+	struct rd r = {.p = c->wait, .off = c->woff};
+	for (int pass = 0; pass < 2; pass++) {
+		while (c->wleft) {
+			size_t at = r.off, kl;
+			const uint8_t *k = rd_str(&r, &kl);
+			if (!key_present(s, k, kl)) {
+				struct entry *e = map_get(&s->widx, k, kl);
+				if (!e)
+					return true; /* out of memory: stays unfiled, answered on no write */
+				c->woff = at;
+				c->ikey = e;
+				c->iprev = e->wlast;
+				if (e->wlast)
+					e->wlast->inext = c;
+				else
+					e->wfirst = c;
+				e->wlast = c;
+				return true;
+			}
+			c->wleft--;
+		}
+		/* every key was present when passed; a DELETE or QUEUE_POP may
+		 * have removed one since: look again from the start once */
 		if (keys_present(s, c->wait))
-			wake(s, c);
-		c = next;
+			return false;
+		r = (struct rd){.p = c->wait};
+		c->wleft = rd_u64(&r);
 	}
+	return true;
 }
 
-/* After a queue push: the oldest waiter on that key whose keys are present. */
-static void wake_one_on(struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl)
+/* After a write of key k: the waiters filed under k move on to their next
+ * missing key, or are answered (all of them, or with one_only the oldest:
+ * a queue push feeds one blocked pop). Costs the waiters of k, not all. */
+static void wake_key(struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl, bool one_only)
 {
-	for (struct conn *c = s->whead; c; c = c->wnext) {
-		if (keys_contain(c->wait, k, kl) && keys_present(s, c->wait)) {
+	struct entry *e = map_find(&s->widx, k, kl);
+	bool woke = false;
+	struct conn *c = e ? e->wfirst : NULL;
+	while (c) {
+		struct conn *next = c->inext;
+		if (one_only && woke)
+			break; /* the rest stay filed under k for the next push */
+		if (!index_file(s, c)) {
 			wake(s, c);
-			return;
+			woke = true;
 		}
+		c = next;
 	}
 }
 
@@ -496,7 +544,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 		k = rd_str(&r, &kl);
 		v = rd_str(&r, &vl);
 		DPTP_TRY(kv_set(s, k, kl, v, vl));
-		wake_all_ready(s);
+		wake_key(s, k, kl, false);
 		return 0;
 	case DPTP_TCPSTORE_COMPARE_SET: {
 		k = rd_str(&r, &kl);
@@ -515,7 +563,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 				DPTP_TRY(kv_set(s, k, kl, v, vl));
 			out_str(s, c, e->val, e->vlen);
 		}
-		wake_all_ready(s);
+		wake_key(s, k, kl, false);
 		return 0;
 	}
 	case DPTP_TCPSTORE_GET: {
@@ -536,7 +584,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 		int nl = snprintf(num, sizeof(num), "%" PRId64, sum);
 		DPTP_TRY(kv_set(s, k, kl, (const uint8_t *)num, (size_t)nl));
 		out_u64(s, c, (uint64_t)sum);
-		wake_all_ready(s);
+		wake_key(s, k, kl, false);
 		return 0;
 	}
 	case DPTP_TCPSTORE_CHECK:
@@ -558,6 +606,10 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 		c->waitlen = n;
 		s->buffered += n;
 		c->waiting = true;
+		struct rd wr = {.p = c->wait};
+		c->wleft = rd_u64(&wr);
+		c->woff = wr.off;
+		index_file(s, c); /* some key is missing: filed under the first */
 		c->wprev = s->wtail;
 		c->wnext = NULL;
 		if (s->wtail)
@@ -597,7 +649,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 			e->vlen += vl;
 			s->stored += vl;
 		}
-		wake_all_ready(s);
+		wake_key(s, k, kl, false);
 		return 0;
 	}
 	case DPTP_TCPSTORE_MULTI_GET: {
@@ -615,8 +667,8 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 			k = rd_str(&r, &kl);
 			v = rd_str(&r, &vl);
 			DPTP_TRY(kv_set(s, k, kl, v, vl));
+			wake_key(s, k, kl, false);
 		}
-		wake_all_ready(s);
 		return 0;
 	}
 	case DPTP_TCPSTORE_CANCEL_WAIT:
@@ -644,7 +696,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 			q->qhead = it;
 		q->qtail = it;
 		q->qlen++;
-		wake_one_on(s, k, kl);
+		wake_key(s, k, kl, true);
 		return 0;
 	}
 	case DPTP_TCPSTORE_QUEUE_POP: {
@@ -1079,6 +1131,7 @@ void dptp_tcpstore_server_destroy(struct dptp_tcpstore_server *s)
 	free(s->pfds);
 	map_clear(&s->kv);
 	map_clear(&s->queues);
+	map_clear(&s->widx);
 	if (s->lfd >= 0)
 		close(s->lfd);
 	if (s->wakefd >= 0)

@@ -24,6 +24,10 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   clients each send 12 MiB of a MULTI_SET of 48 MiB and
                   stop; its peak RSS (VmHWM from /proc) stays under the
                   budget + 48 MiB, and rank 1 then joins and the job passes.
+  waiter_bomb     the same store: 1000 keys set, then 400 clients WAIT on
+                  all of them plus one that never comes; a client's SET
+                  round trip is printed (a figure, not asserted) and rank 1
+                  then joins and the job passes.
   torchrun_env    torchrun-style environments: MASTER_PORT, RANK, WORLD_SIZE
                   or LOCAL_RANK set but empty, LOCAL_RANK unset with
                   LOCAL_WORLD_SIZE=2, no store at --timeout 2: exit 3, one
@@ -405,6 +409,24 @@ def vm_kb(pid, field):
     return 0
 
 
+def rank1_joins(case, p, port):
+    """After an attack on rank 0's store (security.start_rank0): rank 1
+    joins, and both ranks must pass."""
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", GROUP_RANK="0",
+               GROUP_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               TORCHELASTIC_USE_AGENT_STORE="False", TORCHELASTIC_RUN_ID="security")
+    env.pop("PMIX_NAMESPACE", None)
+    r1 = subprocess.run([ARGS.check, "--tokens", "8", "--hidden", "64", "--timeout", "20"], env=env,
+                        capture_output=True, text=True, timeout=120)
+    rc0 = p.wait(timeout=60)
+    if r1.returncode != 0 or rc0 != 0:
+        figure(case, false_verdicts=1)
+        fail(case, "after the attack: rank 0 exit %s, rank 1 exit %s: %s %s" % (
+            rc0, r1.returncode, p.stderr.read()[-300:], r1.stderr[-300:]))
+    else:
+        print("ok %s: the job passed after the attack" % case, flush=True)
+
+
 def case_store_memory():
     case = "store_memory"
     security.ARGS = ARGS
@@ -453,22 +475,54 @@ def case_store_memory():
             fail(case, "peak RSS grew by %.0f MiB with a %d MiB budget" % (grow, budget_mib))
         for c in socks:
             c.close()
-        # the job is unharmed: rank 1 joins and both pass
-        env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", GROUP_RANK="0",
-                   GROUP_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   TORCHELASTIC_USE_AGENT_STORE="False", TORCHELASTIC_RUN_ID="security")
-        env.pop("PMIX_NAMESPACE", None)
-        r1 = subprocess.run([ARGS.check, "--tokens", "8", "--hidden", "64", "--timeout", "20"], env=env,
-                            capture_output=True, text=True, timeout=60)
-        rc0 = p.wait(timeout=30)
-        err0 = p.stderr.read()
-        if r1.returncode != 0 or rc0 != 0:
-            figure(case, false_verdicts=1)
-            fail(case, "after the attack: rank 0 exit %s, rank 1 exit %s: %s %s" % (rc0, r1.returncode,
-                                                                                err0[-300:], r1.stderr[-300:]))
-        else:
-            print("ok store_memory: the job passed after the attack", flush=True)
+        rank1_joins(case, p, port)
     finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def sstr(b):
+    return u64(len(b)) + b
+
+
+def case_waiter_bomb():
+    case = "waiter_bomb"
+    security.ARGS = ARGS
+    port = free_port()
+    p, ls = security.start_rank0(port)
+    figure(case, attempts=1)
+    if not ls:
+        p.kill()
+        p.wait()
+        return fail(case, "rank 0 never listened on port %d" % port)
+    socks = []
+    try:
+        keys = [b"/p%d" % i for i in range(1000)]
+        a = socket.create_connection(("127.0.0.1", port))
+        a.sendall(VALIDATE + b"\x0b" + u64(len(keys)) + b"".join(sstr(k) + sstr(b"v") for k in keys))
+        wait = b"\x06" + u64(len(keys) + 1) + b"".join(sstr(k) for k in keys) + sstr(b"/never")
+        for i in range(400):
+            c = socket.create_connection(("127.0.0.1", port))
+            c.sendall(VALIDATE + wait)
+            socks.append(c)
+        time.sleep(1.0)
+        # a client's SET + GET round trips while the 400 waiters wait
+        n = 200
+        t0 = time.monotonic()
+        for i in range(n):
+            a.sendall(b"\x01" + sstr(b"/x") + sstr(b"%d" % i) + b"\x03" + sstr(b"/x"))
+            got = b""
+            while len(got) < 8 + len(b"%d" % i):
+                got += a.recv(4096)
+        per = (time.monotonic() - t0) / n * 1000
+        FIGURES[case]["set_round_trip_ms"] = round(per, 3)
+        print("waiter_bomb: 400 waiters on 1001 keys each: SET+GET round trip %.3f ms" % per, flush=True)
+        rank1_joins(case, p, port)
+        a.close()
+    finally:
+        for c in socks:
+            c.close()
         if p.poll() is None:
             p.kill()
             p.wait()
@@ -481,6 +535,7 @@ CASES = {
     "torchrun_env": case_torchrun_env,
     "output_paths": case_output_paths,
     "store_memory": case_store_memory,
+    "waiter_bomb": case_waiter_bomb,
 }
 
 
