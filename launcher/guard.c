@@ -4,18 +4,59 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <dirent.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* One record per write, smaller than PIPE_BUF, so writes never interleave. */
+/* One record per write, smaller than PIPE_BUF, so writes never interleave.
+ * 'd' is followed by pgid bytes of a path (in the same write). */
 struct rec {
-	int32_t op; /* 'w' watch, 'f' forget, 'q' normal end */
+	int32_t op; /* 'w' watch, 'f' forget, 'd' directory to remove, 'q' normal end */
 	int32_t pgid;
 };
 
-enum { GUARD_MAX = 4096 };
+enum { GUARD_MAX = 4096, GUARD_PATH = 1024 };
+
+struct linux_dirent64 {
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+/* rm -rf below an open directory with system calls alone (no malloc after
+ * fork in a threaded launcher); depth-bounded, never follows a link. */
+static void rm_below(int dfd, int depth)
+{
+	char buf[4096];
+	long n;
+	if (depth > 16)
+		return;
+	while ((n = syscall(SYS_getdents64, dfd, buf, sizeof(buf))) > 0) {
+		for (long off = 0; off < n; ) {
+			struct linux_dirent64 *d = (struct linux_dirent64 *)(buf + off);
+			const char *nm = d->d_name;
+			off += d->d_reclen;
+			if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2])))
+				continue;
+			if (d->d_type == DT_DIR) {
+				int sub = openat(dfd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+				if (sub >= 0) {
+					rm_below(sub, depth + 1);
+					close(sub);
+				}
+				unlinkat(dfd, nm, AT_REMOVEDIR);
+			} else {
+				unlinkat(dfd, nm, 0);
+			}
+		}
+	}
+}
 
 /* Runs in the forked child of a possibly multi-threaded launcher: only
  * async-signal-safe calls (read, kill, close_range, sigaction, _exit). */
@@ -23,6 +64,7 @@ __attribute__((noreturn))
 static void guard_main(int rfd)
 {
 	static pid_t pg[GUARD_MAX];
+	static char dir[GUARD_PATH];
 	size_t n = 0;
 	struct sigaction ign = {.sa_handler = SIG_IGN};
 	sigset_t none;
@@ -48,6 +90,12 @@ static void guard_main(int rfd)
 			break; /* EOF: the launcher is gone without saying so */
 		if (r.op == 'q')
 			_exit(0);
+		if (r.op == 'd') {
+			if (r.pgid <= 0 || r.pgid >= GUARD_PATH || read(0, dir, (size_t)r.pgid) != r.pgid)
+				break;
+			dir[r.pgid] = '\0';
+			continue;
+		}
 		if (r.op == 'w' && n < GUARD_MAX && r.pgid > 1) {
 			pg[n++] = r.pgid;
 		} else if (r.op == 'f') {
@@ -60,6 +108,14 @@ static void guard_main(int rfd)
 	}
 	for (size_t i = 0; i < n; i++)
 		kill(-pg[i], SIGKILL);
+	if (dir[0]) {
+		int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dfd >= 0) {
+			rm_below(dfd, 0);
+			close(dfd);
+			rmdir(dir);
+		}
+	}
 	_exit(0);
 }
 
@@ -91,6 +147,23 @@ static void send_rec(struct run_guard *g, int op, pid_t pgid)
 	if (g->fd < 0)
 		return;
 	while (write(g->fd, &r, sizeof(r)) < 0 && errno == EINTR)
+		;
+}
+
+void run_guard_remove_dir(struct run_guard *g, const char *dir)
+{
+	struct {
+		struct rec r;
+		char path[GUARD_PATH];
+	} m;
+	size_t len = strlen(dir);
+	if (g->fd < 0 || !len || len >= GUARD_PATH)
+		return;
+	m.r.op = 'd';
+	m.r.pgid = (int32_t)len;
+	memcpy(m.path, dir, len);
+	/* one write of at most PIPE_BUF bytes: atomic beside the other records */
+	while (write(g->fd, &m, sizeof(m.r) + len) < 0 && errno == EINTR)
 		;
 }
 

@@ -696,6 +696,8 @@ int supervise_run(const struct run_opts *o)
 	} else if (rc < 0) {
 		fprintf(stderr, "dptp-run: warning: %s; workers get no PMIx server\n", err.msg);
 	}
+	if (j.srv.tmpdir[0])
+		run_guard_remove_dir(&j.guard, j.srv.tmpdir);
 	phase("pmix server up");
 
 	for (;;) {

@@ -333,10 +333,10 @@ def case_signal_forward():
 
 
 def case_no_orphans():
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as tmpdir:
         # the worker also starts a child of its own in its process group
         script = 'sleep 60 & echo $$$$ $! > %s/pid.$LOCAL_RANK; wait' % d
-        p = subprocess.Popen([RUN, "--nproc-per-node=2", "--no-python", "sh", "-c", script], env=base_env(),
+        p = subprocess.Popen([RUN, "--nproc-per-node=2", "--no-python", "sh", "-c", script], env=base_env(TMPDIR=tmpdir),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 10
         while time.time() < deadline and not all(os.path.exists("%s/pid.%d" % (d, r)) for r in range(2)):
@@ -364,6 +364,14 @@ def case_no_orphans():
         # the workers' own children too (the worker guard kills each group)
         check(not any(alive(x) for x in children), "a worker's child outlived a SIGKILLed launcher")
         print("all %d processes gone %.1f ms after SIGKILL" % (len(pids), (time.time() - t0) * 1e3))
+        # and the launcher's private PMIx tmpdir (the guard removes it; the
+        # torchelastic_* log dir stays, as torchrun leaves it)
+        def pmix_dirs():
+            return [x for x in os.listdir(tmpdir) if x.startswith("dptp-run.")]
+        deadline = time.time() + 5
+        while time.time() < deadline and pmix_dirs():
+            time.sleep(0.01)
+        check(not pmix_dirs(), "a SIGKILLed launcher left %s" % pmix_dirs())
         # a normal exit takes the worker's own children down too
     with tempfile.TemporaryDirectory() as d:
         script = '(sleep 60 & echo $! > %s/child.$LOCAL_RANK); exit 0' % d
