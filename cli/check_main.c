@@ -202,7 +202,7 @@ int dptp_check_main(int argc, char **argv)
 	code = status_exit(worst);
 	if (c.rank == 0) {
 		code = dptp_report_exit_code(&rep);
-		bool tty = isatty(STDOUT_FILENO) && !getenv("NO_COLOR");
+		bool tty = dptp_use_colour(STDOUT_FILENO);
 		if (o.output) {
 			if (dptp_report_write_file(&rep, o.format, o.output, &err) < 0) {
 				fprintf(stderr, "dptp-check: %s\n", err.msg);

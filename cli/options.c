@@ -7,7 +7,9 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checks/check.h"
 
@@ -484,4 +486,9 @@ void dptp_options_usage(FILE *f)
 	fputs("\nexit status: 0 pass, 1 a check failed, 2 usage error,\n"
 	      "3 environment or bootstrap error, 4 a check timed out.\n"
 	      "See dptp-check(1).\n", f);
+}
+
+bool dptp_use_colour(int fd)
+{
+	return isatty(fd) && !getenv("NO_COLOR") && !getenv("OMPI_COMM_WORLD_SIZE");
 }

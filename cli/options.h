@@ -60,4 +60,9 @@ int dptp_layouts_parse(const char *s, int world, int (*out)[3], int max, int *n,
 /* --help text, generated from the option table. */
 void dptp_options_usage(FILE *f);
 
+/* Colour on fd: only a terminal that is the user's, and NO_COLOR unset.
+ * Under mpirun a rank's stdout is Open MPI's relay pty even when mpirun's
+ * own output goes to a file, so ranks of an Open MPI job get no colour. */
+bool dptp_use_colour(int fd);
+
 #endif

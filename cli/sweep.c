@@ -11,6 +11,7 @@
 #include "dptp-config.h"
 #include "report/gather.h"
 #include "report/report.h"
+#include "options.h"
 #include "sweep.h"
 
 struct sweep {
@@ -373,7 +374,7 @@ int dptp_check_sweep(const struct dptp_options *o, struct dptp_bootstrap *b, con
 				    : worst == DPTP_ERROR ? EXIT_ENV : EXIT_PASS;
 			if (code == EXIT_PASS || rcode == EXIT_TIMEOUT)
 				code = rcode;
-			bool tty = isatty(STDOUT_FILENO) && !getenv("NO_COLOR");
+			bool tty = dptp_use_colour(STDOUT_FILENO);
 			if (o->output) {
 				if (write_file(&w, o->format, o->output, &err) < 0) {
 					fprintf(stderr, "dptp-check: %s\n", err.msg);

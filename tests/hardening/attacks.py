@@ -28,6 +28,8 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   all of them plus one that never comes; a client's SET
                   round trip is printed (a figure, not asserted) and rank 1
                   then joins and the job passes.
+  mpirun_colour   mpirun -np 2 dptp-check > file: no colour codes (the
+                  ranks' stdout is Open MPI's relay pty); skipped without mpirun.
   torchrun_env    torchrun-style environments: MASTER_PORT, RANK, WORLD_SIZE
                   or LOCAL_RANK set but empty, LOCAL_RANK unset with
                   LOCAL_WORLD_SIZE=2, no store at --timeout 2: exit 3, one
@@ -528,6 +530,27 @@ def case_waiter_bomb():
             p.wait()
 
 
+def case_mpirun_colour():
+    case = "mpirun_colour"
+    import shutil
+    if not shutil.which("mpirun"):
+        print("skip mpirun_colour: no mpirun", flush=True)
+        return
+    env = single_env()
+    env.pop("NO_COLOR", None)
+    figure(case, attempts=1)
+    with tempfile.TemporaryFile() as out:
+        rc = subprocess.call(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                              ARGS.check, "--tokens", "8", "--hidden", "64", "--timeout", "20"],
+                             env=env, stdout=out, stderr=subprocess.STDOUT, timeout=120)
+        out.seek(0)
+        text = out.read()
+    if rc != 0 or b"\x1b[" in text or b"summary:" not in text:
+        fail(case, "exit %d, %d escape codes in the redirected report" % (rc, text.count(b"\x1b[")))
+    else:
+        print("ok mpirun_colour: the redirected report has no colour codes", flush=True)
+
+
 CASES = {
     "ipc_flood": lambda: case_ipc("ipc_flood", "flood"),
     "ipc_inject": lambda: case_ipc("ipc_inject", "inject"),
@@ -536,6 +559,7 @@ CASES = {
     "output_paths": case_output_paths,
     "store_memory": case_store_memory,
     "waiter_bomb": case_waiter_bomb,
+    "mpirun_colour": case_mpirun_colour,
 }
 
 
