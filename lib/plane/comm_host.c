@@ -212,6 +212,13 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 
 	shm_name(name, sizeof(name), b->job_id, b->rank);
 	int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0 && errno == EEXIST) {
+		/* left by this rank of an earlier attempt of the same job, killed
+		 * between creating and unlinking it (no live process can hold
+		 * this job's name for this rank): remove it and create afresh */
+		shm_unlink(name);
+		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	}
 	if (fd < 0) {
 		rc = dptp_err_set(err, -errno, "shm_open('%s'): %s", name, strerror(errno));
 	} else if (ftruncate(fd, (off_t)h->cap) < 0) {

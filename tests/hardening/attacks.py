@@ -30,6 +30,9 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   then joins and the job passes.
   mpirun_colour   mpirun -np 2 dptp-check > file: no colour codes (the
                   ranks' stdout is Open MPI's relay pty); skipped without mpirun.
+  stale_slot      a /dev/shm/dptp-* slot left by a rank killed in an earlier
+                  attempt of the same torchrun-style job (same run id,
+                  address, port): the next run passes and leaves nothing.
   torchrun_env    torchrun-style environments: MASTER_PORT, RANK, WORLD_SIZE
                   or LOCAL_RANK set but empty, LOCAL_RANK unset with
                   LOCAL_WORLD_SIZE=2, no store at --timeout 2: exit 3, one
@@ -551,6 +554,40 @@ def case_mpirun_colour():
         print("ok mpirun_colour: the redirected report has no colour codes", flush=True)
 
 
+def case_stale_slot():
+    case = "stale_slot"
+    port = free_port()
+    run_id = "stale-%d" % port
+    job = "tr-%s-0-127.0.0.1-%d" % (run_id, port)
+    h = 1469598103934665603
+    for ch in job.encode():
+        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    stale = "/dev/shm/dptp-%016x-1" % h
+    with open(stale, "wb") as f:
+        f.write(b"\0" * 4096)
+    figure(case, attempts=1)
+    procs = [subprocess.Popen([ARGS.check, "--tokens", "8", "--hidden", "64", "--timeout", "20"],
+                              env=tr_env(r, 2, port, TORCHELASTIC_RUN_ID=run_id), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    errs = []
+    for p in procs:
+        try:
+            errs.append(p.communicate(timeout=60)[1])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            errs.append(p.communicate()[1])
+            figure(case, hangs=1)
+    left = os.path.exists(stale)
+    if left:
+        os.unlink(stale)
+        figure(case, shm_left=1)
+    if any(p.returncode != 0 for p in procs) or left:
+        fail(case, "exits %s, stale slot %s: %s" % ([p.returncode for p in procs], "left" if left else "gone",
+                                                    " ".join(e.strip()[-200:] for e in errs)))
+    else:
+        print("ok stale_slot: the job passed over a stale %s and left nothing" % stale, flush=True)
+
+
 CASES = {
     "ipc_flood": lambda: case_ipc("ipc_flood", "flood"),
     "ipc_inject": lambda: case_ipc("ipc_inject", "inject"),
@@ -560,6 +597,7 @@ CASES = {
     "store_memory": case_store_memory,
     "waiter_bomb": case_waiter_bomb,
     "mpirun_colour": case_mpirun_colour,
+    "stale_slot": case_stale_slot,
 }
 
 
