@@ -12,6 +12,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+
+/* Most ranks a job may have: bounds forged node records and assignments. */
+#define RDZV_MAX_WORLD (1u << 20)
 #include <unistd.h>
 
 #include "wire/tcpstore.h"
@@ -415,6 +418,13 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 	snprintf(key, sizeof(key), AR_PREFIX "%u", me);
 	if ((rc = dptp_tcpstore_client_get(r->agent, key, &mine, err)) < 0 || (rc = parse_ranks(&mine, rk, err)) < 0)
 		goto out;
+	/* a forged assignment must not hand the workers a world of 65538 */
+	if (rk[1] > RDZV_MAX_WORLD || (uint64_t)rk[0] + o->nproc > rk[1] || rk[3] > rk[1] ||
+	    (uint64_t)rk[2] + o->nproc > rk[3]) {
+		rc = dptp_err_set(err, -EPROTO, "assigned_ranks '%.100s' does not fit this node's %u workers "
+			"(base + nproc <= world <= %u)", (const char *)mine.data, o->nproc, RDZV_MAX_WORLD);
+		goto out;
+	}
 
 	out->group_rank = me;
 	out->group_world_size = n;
@@ -455,7 +465,7 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 	r->nodes = calloc(n, sizeof(*r->nodes));
 	if (!r->nodes)
 		goto nomem;
-	unsigned base = 0;
+	uint64_t base = 0;
 	for (unsigned i = 0; i < n; i++) {
 		struct rdzv_node *nd = &r->nodes[i];
 		int used = 0;
@@ -464,13 +474,20 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 				bufs[i].data ? (char *)bufs[i].data : "");
 			goto out;
 		}
+		if (nd->nproc < 1 || nd->nproc > RDZV_MAX_WORLD || nd->pid <= 0 ||
+		    (i == me && nd->nproc != o->nproc)) {
+			rc = dptp_err_set(err, -EPROTO, "node %u's dptp record '%.100s' claims %u workers (pid %d); "
+				"expected 1..%u%s", i, (char *)bufs[i].data, nd->nproc, nd->pid, RDZV_MAX_WORLD,
+				i == me ? ", and this node's own --nproc-per-node" : "");
+			goto out;
+		}
 		snprintf(nd->host, sizeof(nd->host), "%s", (char *)bufs[i].data + used);
-		nd->base = base;
+		nd->base = (unsigned)base;
 		base += nd->nproc;
 	}
 	if (base != out->global_world_size || r->nodes[me].base != out->base_global_rank) {
-		rc = dptp_err_set(err, -EPROTO, "the nodes' records (%u ranks) disagree with assigned_ranks (world %u)",
-			base, out->global_world_size);
+		rc = dptp_err_set(err, -EPROTO, "the nodes' records (%llu ranks) disagree with assigned_ranks (world %u)",
+			(unsigned long long)base, out->global_world_size);
 		goto out;
 	}
 	r->nnodes = n;
