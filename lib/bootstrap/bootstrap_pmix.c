@@ -29,6 +29,9 @@ struct fence_wait {
 	void *data;
 	size_t len;
 	bool typed_ok;
+	/* the key a get asks for: PMIx reads it after PMIx_Get_nb returns, and
+	 * an abandoned request outlives its caller's stack */
+	char key[PMIX_MAX_KEYLEN + 1];
 };
 
 static void wait_free(struct fence_wait *w)
@@ -220,7 +223,8 @@ static int pmix_get(struct dptp_bootstrap *b, int rank, const char *key, void **
 	struct fence_wait *w = wait_new();
 	if (!w)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
-	pmix_status_t rc = PMIx_Get_nb(&p, key, NULL, 0, get_cb, w);
+	snprintf(w->key, sizeof(w->key), "%s", key);
+	pmix_status_t rc = PMIx_Get_nb(&p, w->key, NULL, 0, get_cb, w);
 	if (rc != PMIX_SUCCESS) {
 		wait_free(w);
 		if (rc == PMIX_ERR_NOT_FOUND)
