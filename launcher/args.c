@@ -96,7 +96,7 @@ static const struct opt_def opts[O_COUNT] = {
 	[O_LOGS_SPECS] = {"logs_specs", {"--logs-specs", "--logs_specs"}, OPT_VALUE, NULL, NULL,
 		"A Python entry point, not loaded: warned about once; the default log layout is used."},
 	[O_NUMA_BINDING] = {"numa_binding", {"--numa-binding", "--numa_binding"}, OPT_VALUE, NULL, numa_modes,
-		"Checked; no binding is done yet (warned about once)."},
+		"Bind each worker to CPUs near its GPU (CUDA device LOCAL_RANK): the CPUs of the GPU's NUMA node, of its socket, an exclusive share of the node's cores, or one last-level-cache group; as torch/numa/binding.py."},
 	[O_SIGNALS] = {"signals_to_handle", {"--signals-to-handle", "--signals_to_handle"}, V, "SIGTERM,SIGINT,SIGHUP,SIGQUIT", NULL,
 		"Comma-separated list of signals to handle and forward to the workers. Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT."},
 	[O_VIRTUAL_LOCAL_RANK] = {"virtual_local_rank", {"--virtual-local-rank", "--virtual_local_rank"}, OPT_PET, NULL, NULL,
@@ -215,9 +215,6 @@ static void warn_unsupported(FILE *errs, const struct run_opts *o)
 	if (o->event_log_handler && strcmp(o->event_log_handler, "null"))
 		fprintf(errs, "dptp-run: warning: --event-log-handler=%s is not supported; no agent events are recorded (as with null)\n",
 			o->event_log_handler);
-	if (o->numa_binding)
-		fprintf(errs, "dptp-run: warning: --numa-binding=%s is not done yet; the workers keep the launcher's CPU and memory affinity\n",
-			o->numa_binding);
 	if (o->dup_stdout_filters && *o->dup_stdout_filters)
 		fprintf(errs, "dptp-run: warning: --duplicate-stdout-filters is not done yet; no lines are duplicated\n");
 	if (o->dup_stderr_filters && *o->dup_stderr_filters)

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -38,6 +39,10 @@ static void child(const struct spawn_req *r, int status_fd, pid_t parent)
 	 * that reads the terminal is not stopped by SIGTTIN, and its process
 	 * group (its id is the worker's pid) is what teardown and the guard kill */
 	if (setsid() < 0)
+		goto fail;
+	/* --numa-binding: set before exec, so every thread the worker makes
+	 * inherits it (torch wraps the command in numactl --physcpubind) */
+	if (r->cpus && sched_setaffinity(0, r->cpus_len, (const cpu_set_t *)r->cpus) < 0)
 		goto fail;
 	if (r->stdout_fd >= 0 && dup2(r->stdout_fd, STDOUT_FILENO) < 0)
 		goto fail;

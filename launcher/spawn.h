@@ -1,10 +1,12 @@
 /* Starting one worker: own session and process group, default signal dispositions and
- * mask, PR_SET_PDEATHSIG, and a close-on-exec exec-status pipe so that an
- * exec failure comes back as an errno instead of a silent exit 127. */
+ * mask, PR_SET_PDEATHSIG, an optional CPU affinity (--numa-binding), and a
+ * close-on-exec exec-status pipe so that an exec failure comes back as an
+ * errno instead of a silent exit 127. */
 #ifndef DPTP_LAUNCHER_SPAWN_H
 #define DPTP_LAUNCHER_SPAWN_H
 
 #include <signal.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 struct spawn_req {
@@ -13,6 +15,8 @@ struct spawn_req {
 	char *const *envp;
 	int stdout_fd; /* -1: inherit */
 	int stderr_fd; /* -1: inherit */
+	const void *cpus;  /* CPU affinity mask (sched_setaffinity's form), or NULL */
+	size_t cpus_len;
 };
 
 /* Signals whose disposition is not SIG_DFL in the launcher; the child resets

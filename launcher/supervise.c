@@ -19,6 +19,7 @@
 #include "env.h"
 #include "guard.h"
 #include "logs.h"
+#include "numa.h"
 #include "pmix_srv.h"
 #include "rendezvous.h"
 #include "failure.h"
@@ -66,6 +67,7 @@ struct job {
 	double stop_timeout;
 	bool info_log;
 	struct run_guard guard;
+	struct numa_plan numa; /* --numa-binding: each local rank's CPUs */
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -324,6 +326,10 @@ static int start_workers(struct job *j, const char *attempt_dir, struct dptp_err
 				.path = j->cmd.path, .argv = argv, .envp = envp,
 				.stdout_fd = out_fd, .stderr_fd = err_fd,
 			};
+			if (i < j->numa.n) {
+				req.cpus = j->numa.masks[i].bits;
+				req.cpus_len = sizeof(j->numa.masks[i].bits);
+			}
 			rc = spawn_worker(&req, &pid);
 			if (pid > 0) {
 				w->pid = pid;
@@ -680,6 +686,12 @@ int supervise_run(const struct run_opts *o)
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		goto out;
 	}
+	/* torch binds as each worker starts and fails there; the devices and
+	 * the topology do not change, so a bad setup fails before the rendezvous */
+	if (o->numa_binding && numa_plan_build(&j.numa, o->numa_binding, o->nproc, &err) < 0) {
+		fprintf(stderr, "dptp-run: error: --numa-binding=%s: %s\n", o->numa_binding, err.msg);
+		goto out;
+	}
 	j.rdzv.abort_fd = j.rdzv_sigfd;
 	j.rdzv.info_log = j.info_log;
 	phase("rendezvous, log dirs");
@@ -772,6 +784,7 @@ out:
 	if (j.rdzv.ops)
 		j.rdzv.ops->shutdown(&j.rdzv);
 	log_dirs_release(&j.logs);
+	numa_plan_release(&j.numa);
 	env_command_release(&j.cmd);
 	if (j.sigfd >= 0)
 		close(j.sigfd);

@@ -809,6 +809,99 @@ def case_twonode_wire():
     others = [c for c in conns if c is not agent[0]]
     check(all(b"init/" not in c[">"] for c in others), "an extra connection sent ADD init/")
 
+def cpulist(cpus):
+    """The kernel's list form of a set of CPUs ("0-3,8")."""
+    out, cpus = [], sorted(cpus)
+    i = 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        out.append(str(cpus[i]) if i == j else "%d-%d" % (cpus[i], cpus[j]))
+        i = j + 1
+    return ",".join(out)
+
+
+def cpus_of(text):
+    s = set()
+    for part in text.strip().split(","):
+        if part:
+            a, _, b = part.partition("-")
+            s.update(range(int(a), int(b or a) + 1))
+    return s
+
+
+# the worker's own status (the shell opens it; "$$" is the launcher's escape)
+OWN_CPUS = "while read l; do case $l in Cpus_allowed_list*) echo $l;; esac; done </proc/self/status"
+
+
+def bound_cpus(args, env):
+    """{local rank: Cpus_allowed_list} of each worker (the worker's own
+    /proc status, not a child's)."""
+    rc, out, err = run(args + ["--tee", "1", "--no-python", "sh", "-c", OWN_CPUS],
+                       env=env)
+    check(rc == 0, "rc %d: %s" % (rc, err))
+    got = {}
+    for line in out.splitlines():
+        m = re.match(r"^\[default(\d+)\]:Cpus_allowed_list:\s*(\S+)$", line)
+        if m:
+            got[int(m.group(1))] = m.group(2)
+    return got
+
+
+def case_numa_binding():
+    allowed = sorted(os.sched_getaffinity(0))
+    half = max(1, len(allowed) // 2)
+    n0, n1 = allowed[:half], allowed[half:] or allowed[:half]
+    with tempfile.TemporaryDirectory() as root:
+        def put(rel, text):
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+            with open(os.path.join(root, rel), "w") as f:
+                f.write(text)
+        # two NUMA nodes over this machine's CPUs; GPU 0 on node 1, GPU 1
+        # says -1 (one-node machines do): node 0
+        put("devices/system/node/possible", "0-1\n")
+        put("devices/system/node/node0/cpulist", cpulist(n0) + "\n")
+        put("devices/system/node/node1/cpulist", cpulist(n1) + "\n")
+        put("bus/pci/devices/0000:81:00.0/numa_node", "1\n")
+        put("bus/pci/devices/0000:01:00.0/numa_node", "-1\n")
+        for c in allowed:
+            put("devices/system/cpu/cpu%d/topology/physical_package_id" % c, "0\n")
+        env = base_env(DPTP_RUN_TEST_SYSFS=root, DPTP_RUN_TEST_GPU_BUS_IDS="0000:81:00.0,0000:01:00.0")
+        got = bound_cpus(["--numa-binding", "node", "--nproc-per-node", "2"], env)
+        check(got == {0: cpulist(n1), 1: cpulist(n0)}, "node: %r (nodes %r %r)" % (got, n0, n1))
+        got = bound_cpus(["--numa_binding=socket", "--nproc-per-node", "2"], env)
+        check(got == {0: cpulist(allowed), 1: cpulist(allowed)}, "socket: %r" % got)
+        # within the launcher's own affinity: under taskset, node 1 is n1's last CPU
+        p = subprocess.run(["taskset", "-c", str(n1[-1]), RUN, "--numa-binding", "node", "--tee", "1", "--no-python",
+                            "sh", "-c", OWN_CPUS],
+                           env=env, capture_output=True, text=True, timeout=60)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+        check(rc == 0 and out.split()[-1] == str(n1[-1]), "taskset: %r %r" % (out, err))
+        # a local rank without a GPU: one line, exit 1, no worker started
+        rc, out, err = run(["--numa-binding", "node", "--nproc-per-node", "3", "--no-python", "echo", "ran"], env=env)
+        check(rc == 1 and out == "" and
+              "dptp-run: error: --numa-binding=node: local rank 2 has no GPU: 2 CUDA devices are visible\n" in err,
+              "rc %d %r %r" % (rc, out, err))
+        env["DPTP_RUN_TEST_GPU_BUS_IDS"] = "0000:99:00.0"
+        rc, out, err = run(["--numa-binding", "node", "--no-python", "echo", "ran"], env=env)
+        check(rc == 1 and out == "" and "--numa-binding=node: local rank 0 (GPU 0000:99:00.0): cannot read " in err,
+              "rc %d %r %r" % (rc, out, err))
+    # the real sysfs, with any PCI device standing in for the GPU
+    devs = sorted(d for d in os.listdir("/sys/bus/pci/devices")
+                  if os.path.exists("/sys/bus/pci/devices/%s/numa_node" % d)) if os.path.isdir("/sys/bus/pci/devices") else []
+    if devs and os.path.isdir("/sys/devices/system/node"):
+        node = max(int(open("/sys/bus/pci/devices/%s/numa_node" % devs[0]).read()), 0)
+        want = cpus_of(open("/sys/devices/system/node/node%d/cpulist" % node).read()) & set(allowed)
+        got = bound_cpus(["--numa-binding", "node"], base_env(DPTP_RUN_TEST_GPU_BUS_IDS=devs[0]))
+        check(got == {0: cpulist(want)}, "real sysfs (%s, node %d): %r, want %s" % (devs[0], node, got, cpulist(want)))
+    else:
+        print("no NUMA information in /sys: real-sysfs check skipped")
+    # CUDA itself: bound where there is a GPU, else one error line
+    rc, out, err = run(["--numa-binding", "node", "--no-python", "sh", "-c", OWN_CPUS])
+    check(rc == 0 or (rc == 1 and re.search(r"^dptp-run: error: --numa-binding=node: (no CUDA driver to map GPUs to NUMA "
+                                            r"nodes|no CUDA GPUs are available)", err, re.M)), "rc %d: %r" % (rc, err))
+
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
