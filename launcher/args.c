@@ -81,10 +81,10 @@ static const struct opt_def opts[O_COUNT] = {
 		"Tee std streams into a log file and also to console (see --redirects for format)."},
 	[O_LOCAL_RANKS_FILTER] = {"local_ranks_filter", {"--local-ranks-filter", "--local_ranks_filter"}, V, "", NULL,
 		"Only show logs from specified local ranks in console (e.g. 0,1,2); log files are still written."},
-	[O_DUP_STDOUT] = {"duplicate_stdout_filters", {"--duplicate-stdout-filters", "--duplicate_stdout_filters"}, V, "", NULL,
-		"Not done yet: a non-empty list is warned about once."},
-	[O_DUP_STDERR] = {"duplicate_stderr_filters", {"--duplicate-stderr-filters", "--duplicate_stderr_filters"}, V, "", NULL,
-		"Not done yet: a non-empty list is warned about once."},
+	[O_DUP_STDOUT] = {"duplicate_stdout_filters", {"--duplicate-stdout-filters", "--duplicate_stdout_filters"}, V, NULL, NULL,
+		"Copy each tee'd stdout line that contains any of these comma-separated strings (',,' is a literal comma; an empty string matches every line), with its console prefix, to filtered_stdout.log in the attempt's log directory."},
+	[O_DUP_STDERR] = {"duplicate_stderr_filters", {"--duplicate-stderr-filters", "--duplicate_stderr_filters"}, V, NULL, NULL,
+		"The same for tee'd stderr lines, into filtered_stderr.log."},
 	[O_NODE_RANK] = {"node_rank", {"--node-rank", "--node_rank"}, V, "0", NULL,
 		"Rank of the node for multi-node distributed training."},
 	[O_MASTER_ADDR] = {"master_addr", {"--master-addr", "--master_addr"}, V, "127.0.0.1", NULL,
@@ -215,10 +215,6 @@ static void warn_unsupported(FILE *errs, const struct run_opts *o)
 	if (o->event_log_handler && strcmp(o->event_log_handler, "null"))
 		fprintf(errs, "dptp-run: warning: --event-log-handler=%s is not supported; no agent events are recorded (as with null)\n",
 			o->event_log_handler);
-	if (o->dup_stdout_filters && *o->dup_stdout_filters)
-		fprintf(errs, "dptp-run: warning: --duplicate-stdout-filters is not done yet; no lines are duplicated\n");
-	if (o->dup_stderr_filters && *o->dup_stderr_filters)
-		fprintf(errs, "dptp-run: warning: --duplicate-stderr-filters is not done yet; no lines are duplicated\n");
 	fflush(errs);
 }
 

@@ -158,10 +158,65 @@ void log_dirs_release(struct log_dirs *d)
 	memset(d, 0, sizeof(*d));
 }
 
+int log_filters_parse(const char *spec, struct log_filters *f)
+{
+	memset(f, 0, sizeof(*f));
+	if (!spec)
+		return 0;
+	size_t cap = 1;
+	for (const char *c = spec; *c; c++)
+		cap += *c == ',';
+	f->needle = calloc(cap, sizeof(*f->needle));
+	if (!f->needle)
+		return -ENOMEM;
+	for (const char *c = spec;;) {
+		/* one item: up to a comma that is not part of ",," */
+		char *item = malloc(strlen(c) + 1), *o = item;
+		if (!item) {
+			log_filters_release(f);
+			return -ENOMEM;
+		}
+		while (*c && !(*c == ',' && c[1] != ',')) {
+			if (*c == ',') /* ",," */
+				c++;
+			*o++ = *c++;
+		}
+		*o = '\0';
+		f->needle[f->n++] = item;
+		if (!*c)
+			return 0;
+		c++;
+	}
+}
+
+bool log_filters_match(const struct log_filters *f, const char *line, size_t len)
+{
+	for (size_t i = 0; i < f->n; i++)
+		if (!f->needle[i][0] || memmem(line, len, f->needle[i], strlen(f->needle[i])))
+			return true;
+	return false;
+}
+
+void log_filters_release(struct log_filters *f)
+{
+	for (size_t i = 0; f && i < f->n; i++)
+		free(f->needle[i]);
+	if (f)
+		free(f->needle);
+	if (f)
+		memset(f, 0, sizeof(*f));
+}
+
 void log_stream_init(struct log_stream *ls)
 {
 	memset(ls, 0, sizeof(*ls));
-	ls->fd = ls->file_fd = ls->console_fd = -1;
+	ls->fd = ls->file_fd = ls->console_fd = ls->dup_fd = -1;
+}
+
+void log_stream_duplicate(struct log_stream *ls, int fd, const struct log_filters *f)
+{
+	ls->dup_fd = f && f->n ? fd : -1;
+	ls->dup = f;
 }
 
 int log_stream_open(struct log_stream *ls, int fd, int file_fd, int console_fd, char *prefix)
@@ -190,6 +245,30 @@ static void write_all(int fd, const char *p, size_t n)
 	}
 }
 
+/* One writev of whole lines; a short write (a full pipe) is finished in
+ * order. */
+static void write_lines(int fd, const struct iovec *iov, size_t niov)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < niov; i++)
+		total += iov[i].iov_len;
+	ssize_t w;
+	do
+		w = writev(fd, iov, (int)niov);
+	while (w < 0 && errno == EINTR);
+	if (w < 0 || (size_t)w >= total)
+		return;
+	size_t skip = (size_t)w;
+	for (size_t i = 0; i < niov; i++) {
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		write_all(fd, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
+		skip = 0;
+	}
+}
+
 /* Writes complete lines of buf[0..len) with prefixes, in one writev per
  * batch; a line longer than the buffer is emitted when the buffer is full. */
 static void emit_lines(struct log_stream *ls, bool final)
@@ -213,6 +292,8 @@ static void emit_lines(struct log_stream *ls, bool final)
 		iov[niov++] = (struct iovec){ls->buf + start, end - start};
 		if (!nl)
 			iov[niov++] = (struct iovec){"\n", 1};
+		if (ls->dup_fd >= 0 && log_filters_match(ls->dup, ls->buf + start, end - start))
+			write_lines(ls->dup_fd, iov + niov - (nl ? 2 : 3), nl ? 2 : 3);
 		start = end;
 		if (niov + 3 > DPTP_ARRAY_LEN(iov)) {
 			size_t total = 0;
@@ -231,27 +312,8 @@ static void emit_lines(struct log_stream *ls, bool final)
 			niov = 0;
 		}
 	}
-	if (niov) {
-		size_t total = 0;
-		for (size_t i = 0; i < niov; i++)
-			total += iov[i].iov_len;
-		ssize_t w;
-		do
-			w = writev(ls->console_fd, iov, (int)niov);
-		while (w < 0 && errno == EINTR);
-		if (w >= 0 && (size_t)w < total) {
-			/* short write (a full pipe): finish the rest in order */
-			size_t skip = (size_t)w;
-			for (size_t i = 0; i < niov; i++) {
-				if (skip >= iov[i].iov_len) {
-					skip -= iov[i].iov_len;
-					continue;
-				}
-				write_all(ls->console_fd, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
-				skip = 0;
-			}
-		}
-	}
+	if (niov)
+		write_lines(ls->console_fd, iov, niov);
 	memmove(ls->buf, ls->buf + start, ls->len - start);
 	ls->len -= start;
 }

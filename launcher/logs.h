@@ -27,10 +27,25 @@ void rm_tree(const char *dir);
 /* One tee'd stream: a pipe from the worker, copied raw to file_fd and, line
  * by line with prefix, to console_fd. A line is written whole, in one
  * write(2), so lines of different workers never interleave mid-line. */
+/* --duplicate-stdout/stderr-filters, parsed as torch's comma_separated_list
+ * (",," is a literal comma): a line matches when it contains any needle; an
+ * empty needle matches every line. n == 0: the option was not given. */
+struct log_filters {
+	char **needle;
+	size_t n;
+};
+
+/* spec NULL: no filters. Returns 0 or -ENOMEM. */
+int log_filters_parse(const char *spec, struct log_filters *f);
+bool log_filters_match(const struct log_filters *f, const char *line, size_t len);
+void log_filters_release(struct log_filters *f);
+
 struct log_stream {
 	int fd;          /* read end, -1 when closed */
 	int file_fd;     /* -1: no file */
 	int console_fd;  /* -1: not shown */
+	int dup_fd;      /* -1: none; else each shown line that matches dup goes there too */
+	const struct log_filters *dup;
 	char *prefix;
 	size_t prefix_len;
 	char *buf;
@@ -40,6 +55,9 @@ struct log_stream {
 void log_stream_init(struct log_stream *ls);
 /* Takes ownership of fd, file_fd and prefix. */
 int log_stream_open(struct log_stream *ls, int fd, int file_fd, int console_fd, char *prefix);
+/* Also copies the lines shown on the console that match f, with their
+ * prefix, to fd (neither is owned; both must outlive the stream). */
+void log_stream_duplicate(struct log_stream *ls, int fd, const struct log_filters *f);
 /* Reads what is available. Returns 1 at EOF (stream flushed and closed). */
 int log_stream_pump(struct log_stream *ls);
 /* Flushes a partial last line (with a newline) and closes everything. */

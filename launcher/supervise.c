@@ -68,6 +68,8 @@ struct job {
 	bool info_log;
 	struct run_guard guard;
 	struct numa_plan numa; /* --numa-binding: each local rank's CPUs */
+	struct log_filters dup[2]; /* --duplicate-stdout/stderr-filters */
+	int dup_fd[2];             /* this attempt's filtered_std{out,err}.log */
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -284,6 +286,7 @@ static int setup_stream(struct job *j, struct worker *w, const char *attempt_dir
 		close(file);
 		return dptp_err_set(err, -ENOMEM, "out of memory");
 	}
+	log_stream_duplicate(ls, j->dup_fd[bit - 1], &j->dup[bit - 1]);
 	*child = p[1];
 	return 0;
 }
@@ -500,6 +503,11 @@ static void free_workers(struct job *j)
 	}
 	free(j->w);
 	j->w = NULL;
+	for (int k = 0; k < 2; k++) {
+		if (j->dup_fd[k] >= 0)
+			close(j->dup_fd[k]);
+		j->dup_fd[k] = -1;
+	}
 	for (size_t i = 0; i < j->nfail; i++)
 		failure_release(&j->fail[i]);
 	free(j->fail);
@@ -543,6 +551,19 @@ static enum attempt_result attempt(struct job *j)
 		goto error;
 	if (log_dirs_attempt(&j->logs, j->restart_count, j->n, &attempt_dir, &err) < 0)
 		goto error;
+	/* torch opens (truncates) the file of each given filter list for every
+	 * attempt, tee or not; --log-dir /dev/null has no attempt folder */
+	for (int k = 0; k < 2; k++) {
+		char path[4300];
+		if (!j->dup[k].n || j->logs.devnull)
+			continue;
+		snprintf(path, sizeof(path), "%s/filtered_%s.log", attempt_dir, k ? "stderr" : "stdout");
+		j->dup_fd[k] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+		if (j->dup_fd[k] < 0) {
+			dptp_err_set(&err, -errno, "cannot open '%s': %s", path, strerror(errno));
+			goto error;
+		}
+	}
 	j->w = calloc(j->n, sizeof(*j->w));
 	if (!j->w) {
 		dptp_err_set(&err, -ENOMEM, "out of memory");
@@ -639,7 +660,7 @@ static void rdzv_signal_exit(struct job *j, int *status)
 
 int supervise_run(const struct run_opts *o)
 {
-	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .rdzv_sigfd = -1, .stop_timeout = 30.0};
+	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .rdzv_sigfd = -1, .stop_timeout = 30.0, .dup_fd = {-1, -1}};
 	struct dptp_err err = {0};
 	sigset_t set;
 	int status = 1, rc;
@@ -684,6 +705,10 @@ int supervise_run(const struct run_opts *o)
 	if (rendezvous_init(&j.rdzv, o, &err) < 0 || log_dirs_init(&j.logs, o->log_dir, j.rdzv.run_id, &err) < 0 ||
 	    env_build_command(o, &j.cmd, &err) < 0) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
+		goto out;
+	}
+	if (log_filters_parse(o->dup_stdout_filters, &j.dup[0]) < 0 || log_filters_parse(o->dup_stderr_filters, &j.dup[1]) < 0) {
+		fprintf(stderr, "dptp-run: error: out of memory\n");
 		goto out;
 	}
 	/* torch binds as each worker starts and fails there; the devices and
@@ -785,6 +810,8 @@ out:
 		j.rdzv.ops->shutdown(&j.rdzv);
 	log_dirs_release(&j.logs);
 	numa_plan_release(&j.numa);
+	log_filters_release(&j.dup[0]);
+	log_filters_release(&j.dup[1]);
 	env_command_release(&j.cmd);
 	if (j.sigfd >= 0)
 		close(j.sigfd);

@@ -903,6 +903,68 @@ def case_numa_binding():
                                             r"nodes|no CUDA GPUs are available)", err, re.M)), "rc %d: %r" % (rc, err))
 
 
+def attempt_files(d):
+    """{path below the run folder: content} of every file a run left."""
+    out = {}
+    run_dir = os.path.join(d, os.listdir(d)[0])
+    for top, _, files in os.walk(run_dir):
+        for f in files:
+            p = os.path.join(top, f)
+            out[os.path.relpath(p, run_dir)] = open(p).read()
+    return out
+
+
+def case_duplicate_filters():
+    # torchrun 2.11 on the GPU box, same worker output: filtered_std*.log in
+    # the attempt folder, prefixed lines of the tee'd streams that contain a
+    # needle; the files are made (empty) without tee too
+    script = "echo apple from $RANK; echo banana; echo an orange; echo 'apple,x'; echo warn: err >&2; echo quiet >&2"
+    dup = ["--duplicate-stdout-filters", "apple,orange", "--duplicate_stderr_filters", "warn"]
+    sort = lambda t: sorted(t.splitlines())
+
+    def go(args, env=None, nproc=2):
+        with tempfile.TemporaryDirectory() as d:
+            rc, out, err = run(["--nproc-per-node", str(nproc), "--log-dir", d] + args + ["--no-python", "sh", "-c", script],
+                               env=env)
+            check(rc == 0, "%s: rc %d %s" % (args, rc, err))
+            return attempt_files(d)
+
+    f = go(["--tee", "3"] + dup)
+    check(sort(f["attempt_0/filtered_stdout.log"]) == ["[default0]:an orange", "[default0]:apple from 0", "[default0]:apple,x",
+                                                       "[default1]:an orange", "[default1]:apple from 1", "[default1]:apple,x"],
+          f["attempt_0/filtered_stdout.log"])
+    check(sort(f["attempt_0/filtered_stderr.log"]) == ["[default0]:warn: err", "[default1]:warn: err"], f)
+    # each worker's lines keep their order
+    lines0 = [l for l in f["attempt_0/filtered_stdout.log"].splitlines() if l.startswith("[default0]")]
+    check(lines0 == ["[default0]:apple from 0", "[default0]:an orange", "[default0]:apple,x"], lines0)
+    check(f["attempt_0/0/stdout.log"].startswith("apple from 0\nbanana\n"), f)
+    for args in (["--redirects", "3"], []):
+        f = go(args + dup)
+        check(f.get("attempt_0/filtered_stdout.log") == "" and f.get("attempt_0/filtered_stderr.log") == "",
+              "%s: %r" % (args, f))
+    f = go(["--tee", "1"] + dup)
+    check(len(f["attempt_0/filtered_stdout.log"].splitlines()) == 6 and f["attempt_0/filtered_stderr.log"] == "", f)
+    # ",," is a literal comma; an empty needle matches every line
+    f = go(["--tee", "3", "--duplicate-stdout-filters", "apple,,x"], nproc=1)
+    check(f["attempt_0/filtered_stdout.log"] == "[default0]:apple,x\n" and "attempt_0/filtered_stderr.log" not in f, f)
+    f = go(["--tee", "3", "--duplicate-stderr-filters", ""], nproc=1)
+    check(f["attempt_0/filtered_stderr.log"] == "[default0]:warn: err\n[default0]:quiet\n" and
+          "attempt_0/filtered_stdout.log" not in f, f)
+    # not given: no file; PET_ default; ranks outside --local-ranks-filter are not copied
+    f = go(["--tee", "3"])
+    check(not any("filtered" in k for k in f), f)
+    f = go(["--tee", "3", "--local-ranks-filter", "1"], env=base_env(PET_DUPLICATE_STDOUT_FILTERS="orange"))
+    check(f["attempt_0/filtered_stdout.log"] == "[default1]:an orange\n", f)
+    # a prefix template applies to the copies too; every attempt has its file
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run(["--max-restarts", "1", "--tee", "1", "--log-dir", d, "--duplicate-stdout-filters", "try",
+                            "--no-python", "sh", "-c", "echo try $TORCHELASTIC_RESTART_COUNT; exit $((1 - $TORCHELASTIC_RESTART_COUNT))"],
+                           env=base_env(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="<${rank}> "))
+        check(rc == 0, err)
+        f = attempt_files(d)
+        check(f["attempt_0/filtered_stdout.log"] == "<0> try 0\n" and f["attempt_1/filtered_stdout.log"] == "<0> try 1\n", f)
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":
