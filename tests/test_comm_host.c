@@ -8,6 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "one_rank.h"
 #include "plane/comm.h"
@@ -22,7 +27,7 @@ static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct dptp_err err = {0};
-	if (!f || one_rank_init(&f->j) < 0 || dptp_comm_host_create(&f->c, &f->j.x, f->host_of, 4096, &err) < 0)
+	if (!f || one_rank_init(&f->j) < 0 || dptp_comm_host_create(&f->c, &f->j.x, f->host_of, 4096, 1, &err) < 0)
 		return -1;
 	*state = f;
 	return 0;
@@ -89,12 +94,79 @@ static void test_reduce_sum(void **state)
 	assert_true(fo[0] == 0.0f); /* (1e8 + 1) - 1e8 in fp32, in that order */
 }
 
+/* A slot of an earlier attempt of the same job, made as its owner makes
+ * one: created, locked while alive, sized, marked. */
+static int plant(const char *job, uint64_t attempt, int rank, off_t size, bool lock, char *name)
+{
+	dptp_comm_host_slot_name(name, 128, job, attempt, rank);
+	int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	if (lock)
+		assert_int_equal(flock(fd, LOCK_EX), 0);
+	assert_int_equal(ftruncate(fd, size), 0);
+	if (size)
+		assert_int_equal(pwrite(fd, "stale", 5, 0), 5);
+	if (!lock) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static bool exists(const char *name, const char *marker)
+{
+	int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	char got[8] = "";
+	ssize_t n = pread(fd, got, 5, 0);
+	close(fd);
+	if (marker)
+		assert_memory_equal(got, marker, 5);
+	return n >= 0;
+}
+
+/* Each attempt names its slots with its own nonce: a dead earlier attempt's
+ * slot of this rank is removed, one whose owner still holds it (alive, or
+ * between creating and sizing it) and another rank's are not touched, and
+ * this attempt's own name is gone once created. */
+static void test_stale_attempts(void **state)
+{
+	struct one_rank j;
+	struct dptp_err err = {0};
+	struct dptp_comm *c = NULL;
+	int host_of[1] = {0};
+	char dead[128], alive[128], young[128], other[128], mine[128];
+	assert_int_equal(one_rank_init(&j), 0);
+	const char *job = j.b->job_id;
+	plant(job, 0x11, 0, 4096, false, dead);
+	int lk = plant(job, 0x22, 0, 4096, true, alive);
+	plant(job, 0x33, 0, 0, false, young);
+	plant(job, 0x44, 1, 4096, false, other);
+	dptp_comm_host_slot_name(mine, sizeof(mine), job, 0x55, 0);
+	assert_int_equal(dptp_comm_host_create(&c, &j.x, host_of, 4096, 0x55, &err), 0);
+	assert_false(exists(dead, NULL));
+	assert_true(exists(alive, "stale"));
+	assert_true(exists(young, NULL));
+	assert_true(exists(other, "stale"));
+	assert_false(exists(mine, NULL));
+	dptp_comm_destroy(c);
+	close(lk); /* the owner of "alive" dies: the next attempt removes it */
+	assert_int_equal(dptp_comm_host_create(&c, &j.x, host_of, 4096, 0x66, &err), 0);
+	assert_false(exists(alive, NULL));
+	dptp_comm_destroy(c);
+	shm_unlink(young);
+	shm_unlink(other);
+	one_rank_release(&j);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_ops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_capacity, setup, teardown),
 		cmocka_unit_test(test_reduce_sum),
+		cmocka_unit_test(test_stale_attempts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

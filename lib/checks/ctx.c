@@ -118,6 +118,8 @@ int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dpt
 		.device = b->local_rank,
 	};
 	snprintf(me.hostname, sizeof(me.hostname), "%s", b->hostname);
+	if (dptp_entropy(&me.nonce, sizeof(me.nonce)) < 0)
+		me.nonce = dptp_mix64((uint64_t)getpid() ^ (uint64_t)(dptp_now() * 1e9));
 	int rc = dptp_xchg_allgather(&c->x, &c->world, &me, sizeof(me), c->peers, err);
 	if (rc < 0) {
 		dptp_err_prefix(err, "learning the peers");
@@ -140,6 +142,9 @@ int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dpt
 		c->host_of[r] = h;
 		c->peers[r].host = h;
 	}
+	/* one value for the whole attempt, new on each: a restarted job's
+	 * names never meet those of its killed predecessor */
+	c->attempt = c->peers[0].nonce;
 
 	/* the data plane moves at most every DP rank's tokens (dispatch) */
 	size_t esz = dptp_dtype_bytes(p->dtype);
@@ -149,7 +154,7 @@ int dptp_ctx_init(struct dptp_ctx *c, struct dptp_bootstrap *b, const struct dpt
 	if (cap < 65536)
 		cap = 65536;
 	c->ws = &dptp_ws_host_ops;
-	rc = dptp_comm_host_create(&c->comm, &c->x, c->host_of, cap, err);
+	rc = dptp_comm_host_create(&c->comm, &c->x, c->host_of, cap, c->attempt, err);
 	if (rc < 0) {
 		dptp_err_prefix(err, "host data plane");
 		return rc;

@@ -37,6 +37,7 @@ struct dptp_ctx {
 	struct dptp_peer *peers;  /* [world] */
 	int *host_of;             /* [world] */
 	int nhosts;
+	uint64_t attempt;         /* this attempt's nonce: rank 0's peers[].nonce */
 	struct dptp_group tp, pp, dp, ep, world;
 	struct dptp_ipc_job ipc;  /* what the IPC workspaces borrow of this */
 	struct dptp_ipc_foreign foreign;  /* datagrams from outside the job, dropped */

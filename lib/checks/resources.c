@@ -181,7 +181,9 @@ static int resources_prepare(struct dptp_ctx *c, void *state, struct dptp_err *e
 	uint64_t job = 0x1dULL;
 	for (const char *p = c->b->job_id; *p; p++)
 		job = dptp_mix64(job ^ (unsigned char)*p);
-	s->job = job;
+	/* and the attempt: a segment left by a killed earlier attempt of the
+	 * same job never meets this one's O_EXCL */
+	s->job = job = dptp_mix64(job ^ c->attempt);
 	s->dp = resources_dp_rank(c);
 	s->leader = c->me.tp == 0 && c->me.pp == 0;
 	/* the creator: the group's first member on this host */

@@ -39,9 +39,14 @@ struct dptp_comm {
 };
 
 /* host_of[r]: a host index per global rank (ranks with equal values share
- * memory). capacity: the largest buffer any op will move. Collective. */
+ * memory). capacity: the largest buffer any op will move. attempt: a nonce
+ * every rank passes the same value of, new for each attempt of the job (it
+ * names the /dev/shm slots; a slot of an earlier attempt whose owner is
+ * gone is removed). Collective. */
 int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const int *host_of,
-			  size_t capacity, struct dptp_err *err);
+			  size_t capacity, uint64_t attempt, struct dptp_err *err);
+/* A rank's slot name, "/dptp-<hash of job>-<attempt, 16 hex>-<rank>". */
+void dptp_comm_host_slot_name(char *buf, size_t n, const char *job, uint64_t attempt, int rank);
 void dptp_comm_destroy(struct dptp_comm *c);
 
 /* The host data plane staged through device memory (cuda feature; -ENOTSUP

@@ -1,7 +1,13 @@
 /* Host data plane: each rank owns one POSIX shared-memory slot that the
  * ranks on its host map; a collective copies into the slot, fences, reads the
  * peers' slots and fences again before the slot is reused. Members on other
- * hosts are reached through the bootstrap instead. */
+ * hosts are reached through the bootstrap instead.
+ *
+ * A slot's name is "/dptp-<job>-<attempt>-<rank>": <attempt> is a nonce the
+ * whole attempt agreed on (rank 0's, learned with the peers), so a killed
+ * earlier attempt of the same job (same run id, address and port) never
+ * shares a name with this one: it cannot make our create fail, and nothing
+ * of it is ever mapped here. */
 #include "plane/comm.h"
 
 #include <errno.h>
@@ -9,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct host_impl {
@@ -176,17 +185,61 @@ static const struct dptp_comm_ops host_ops = {
 	.destroy = host_destroy,
 };
 
-static void shm_name(char *buf, size_t n, const char *job, int rank)
+static uint64_t job_hash(const char *job)
 {
 	/* the job id (PMIx namespace, run id) makes two jobs on a host distinct */
 	uint64_t hsh = 1469598103934665603ULL;
 	for (const char *p = job; *p; p++)
 		hsh = (hsh ^ (unsigned char)*p) * 1099511628211ULL;
-	snprintf(buf, n, "/dptp-%016llx-%d", (unsigned long long)hsh, rank);
+	return hsh;
+}
+
+void dptp_comm_host_slot_name(char *buf, size_t n, const char *job, uint64_t attempt, int rank)
+{
+	snprintf(buf, n, "/dptp-%016llx-%016llx-%d", (unsigned long long)job_hash(job),
+		 (unsigned long long)attempt, rank);
+}
+
+/* Removes this rank's slots of earlier attempts of the same job whose
+ * owner is gone: "dptp-<job>-<other attempt>-<rank>", ours, not locked and
+ * already sized. An owner holds its lock from before it sizes the slot
+ * until it has unlinked the name, and the lock goes with its process, so a
+ * live earlier attempt (or one of another container sharing /dev/shm) keeps
+ * its slot, and this attempt never opens it for anything else. */
+static void sweep_stale(const char *job, uint64_t attempt, int rank)
+{
+	char pre[64], suf[24];
+	snprintf(pre, sizeof(pre), "dptp-%016llx-", (unsigned long long)job_hash(job));
+	snprintf(suf, sizeof(suf), "-%d", rank);
+	DIR *d = opendir("/dev/shm");
+	if (!d)
+		return;
+	size_t lp = strlen(pre), ls = strlen(suf);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const char *nm = e->d_name;
+		size_t l = strlen(nm);
+		if (l != lp + 16 + ls || strncmp(nm, pre, lp) || strcmp(nm + lp + 16, suf) ||
+		    strspn(nm + lp, "0123456789abcdef") < 16)
+			continue;
+		if (strtoull(nm + lp, NULL, 16) == attempt)
+			continue;
+		char path[300];
+		snprintf(path, sizeof(path), "/%s", nm);
+		int fd = shm_open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+		struct stat st;
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size > 0 &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0)
+			shm_unlink(path);
+		close(fd);
+	}
+	closedir(d);
 }
 
 int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const int *host_of,
-			  size_t capacity, struct dptp_err *err)
+			  size_t capacity, uint64_t attempt, struct dptp_err *err)
 {
 	struct dptp_bootstrap *b = x->b;
 	struct dptp_comm *c = calloc(1, sizeof(*c));
@@ -210,17 +263,22 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 	if (!h->cap)
 		h->cap = 4096;
 
-	shm_name(name, sizeof(name), b->job_id, b->rank);
-	int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	sweep_stale(b->job_id, attempt, b->rank);
+	dptp_comm_host_slot_name(name, sizeof(name), b->job_id, attempt, b->rank);
+	int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0 && errno == EEXIST) {
-		/* left by this rank of an earlier attempt of the same job, killed
-		 * between creating and unlinking it (no live process can hold
-		 * this job's name for this rank): remove it and create afresh */
+		/* this job's, this attempt's and this rank's name: no live
+		 * process of another attempt can hold it; remove it and create
+		 * afresh */
 		shm_unlink(name);
-		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	}
+	/* the lock says "alive" to sweep_stale() of later attempts: taken
+	 * before the slot has a size, held (fd open) until the name is gone */
 	if (fd < 0) {
 		rc = dptp_err_set(err, -errno, "shm_open('%s'): %s", name, strerror(errno));
+	} else if (flock(fd, LOCK_EX) < 0) {
+		rc = dptp_err_set(err, -errno, "flock('%s'): %s", name, strerror(errno));
 	} else if (ftruncate(fd, (off_t)h->cap) < 0) {
 		rc = dptp_err_set(err, -errno, "ftruncate('%s', %zu): %s", name, h->cap, strerror(errno));
 	} else {
@@ -230,8 +288,6 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 			rc = dptp_err_set(err, -errno, "mmap('%s'): %s", name, strerror(errno));
 		}
 	}
-	if (fd >= 0)
-		close(fd);
 	/* everyone has created its slot (or failed): map the local peers' */
 	int rc2 = dptp_xchg_round(x, NULL, 0, rc < 0 ? NULL : err);
 	if (rc == 0 && rc2 < 0)
@@ -240,8 +296,8 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 		if (r == b->rank || host_of[r] != host_of[b->rank])
 			continue;
 		char pn[128];
-		shm_name(pn, sizeof(pn), b->job_id, r);
-		int pfd = shm_open(pn, O_RDWR, 0600);
+		dptp_comm_host_slot_name(pn, sizeof(pn), b->job_id, attempt, r);
+		int pfd = shm_open(pn, O_RDWR | O_CLOEXEC, 0600);
 		if (pfd < 0) {
 			rc = dptp_err_set(err, -errno, "shm_open('%s') of rank %d: %s", pn, r, strerror(errno));
 			break;
@@ -255,7 +311,10 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 	}
 	/* everyone has mapped: the names can go, nothing is left behind */
 	rc2 = dptp_xchg_round(x, NULL, 0, rc < 0 ? NULL : err);
-	shm_unlink(name);
+	if (fd >= 0) {
+		shm_unlink(name);
+		close(fd);
+	}
 	if (rc == 0 && rc2 < 0)
 		rc = rc2;
 	if (rc < 0) {

@@ -44,6 +44,7 @@ struct dptp_peer {
 	int32_t local_rank;
 	int32_t pid;
 	int32_t device;          /* device this rank would use (-1 unknown) */
+	uint64_t nonce;          /* random; rank 0's names this attempt (ctx.attempt) */
 	char hostname[64];
 };
 

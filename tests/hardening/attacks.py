@@ -30,9 +30,11 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   then joins and the job passes.
   mpirun_colour   mpirun -np 2 dptp-check > file: no colour codes (the
                   ranks' stdout is Open MPI's relay pty); skipped without mpirun.
-  stale_slot      a /dev/shm/dptp-* slot left by a rank killed in an earlier
-                  attempt of the same torchrun-style job (same run id,
-                  address, port): the next run passes and leaves nothing.
+  stale_slot      an earlier attempt of the same torchrun-style job (same
+                  run id, address, port) left a /dev/shm/dptp-* slot of a
+                  killed rank and holds one of a live rank: the next attempt
+                  passes, removes the first, never touches the second; after
+                  that rank is killed the attempt after leaves nothing.
   torchrun_env    torchrun-style environments: MASTER_PORT, RANK, WORLD_SIZE
                   or LOCAL_RANK set but empty, LOCAL_RANK unset with
                   LOCAL_WORLD_SIZE=2, no store at --timeout 2: exit 3, one
@@ -554,17 +556,19 @@ def case_mpirun_colour():
         print("ok mpirun_colour: the redirected report has no colour codes", flush=True)
 
 
-def case_stale_slot():
-    case = "stale_slot"
-    port = free_port()
-    run_id = "stale-%d" % port
-    job = "tr-%s-0-127.0.0.1-%d" % (run_id, port)
-    h = 1469598103934665603
-    for ch in job.encode():
-        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    stale = "/dev/shm/dptp-%016x-1" % h
-    with open(stale, "wb") as f:
-        f.write(b"\0" * 4096)
+HOLD_SLOT = r"""
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 4096)
+os.pwrite(fd, b"earlier attempt", 0)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def stale_run(case, run_id, port):
+    """One 2-rank torchrun-style attempt; returns (exit codes, stderr tails)."""
     figure(case, attempts=1)
     procs = [subprocess.Popen([ARGS.check, "--tokens", "8", "--hidden", "64", "--timeout", "20"],
                               env=tr_env(r, 2, port, TORCHELASTIC_RUN_ID=run_id), stdout=subprocess.DEVNULL,
@@ -577,15 +581,71 @@ def case_stale_slot():
             p.kill()
             errs.append(p.communicate()[1])
             figure(case, hangs=1)
-    left = os.path.exists(stale)
+    rcs = [p.returncode for p in procs]
+    if any(rcs):
+        figure(case, false_verdicts=1)
+    return rcs, " ".join(e.strip()[-200:] for e in errs)
+
+
+def case_stale_slot():
+    """Slots are /dev/shm/dptp-<job>-<attempt nonce>-<rank>. An earlier
+    attempt of the same job (same run id, address, port): its rank 1 was
+    killed and left its slot, its rank 0 is still alive (stuck) and holds
+    its own. The next attempt passes, removes the dead one's slot, never
+    opens the live one's (content, inode and times unchanged); once that
+    one is SIGKILLed too, the attempt after removes its slot: nothing of
+    the job is left in /dev/shm."""
+    case = "stale_slot"
+    port = free_port()
+    run_id = "stale-%d" % port
+    job = "tr-%s-0-127.0.0.1-%d" % (run_id, port)
+    h = 1469598103934665603
+    for ch in job.encode():
+        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    mine = "/dev/shm/dptp-%016x-" % h
+    earlier = os.urandom(8).hex()
+    dead = "%s%s-1" % (mine, earlier)
+    with open(dead, "wb") as f:
+        f.write(b"\0" * 4096)
+    live = "%s%s-0" % (mine, earlier)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_SLOT, live], stdout=subprocess.PIPE, text=True)
+    problems = []
+    try:
+        if holder.stdout.readline().strip() != "ready":
+            return fail(case, "the earlier attempt's rank 0 could not make its slot %s" % live)
+        before = os.stat(live)
+        rcs, errs = stale_run(case, run_id, port)
+        after = os.stat(live) if os.path.exists(live) else None
+        with open(live, "rb") as f:
+            content = f.read(15) if after else b""
+        if rcs != [0, 0]:
+            problems.append("attempt 1 exits %s: %s" % (rcs, errs))
+        if os.path.exists(dead):
+            problems.append("the killed rank's slot %s is still there" % dead)
+        if not after or (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns) != \
+                (before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns) or content != b"earlier attempt":
+            problems.append("the live earlier rank's slot %s was touched" % live)
+        others = set(glob.glob(mine + "*")) - {live}
+        if others:
+            figure(case, shm_left=len(others))
+            problems.append("attempt 1 left %s" % sorted(others))
+    finally:
+        holder.kill()
+        holder.wait()
+    rcs, errs = stale_run(case, run_id, port)
+    if rcs != [0, 0]:
+        problems.append("attempt 2 exits %s: %s" % (rcs, errs))
+    left = glob.glob(mine + "*")
     if left:
-        os.unlink(stale)
-        figure(case, shm_left=1)
-    if any(p.returncode != 0 for p in procs) or left:
-        fail(case, "exits %s, stale slot %s: %s" % ([p.returncode for p in procs], "left" if left else "gone",
-                                                    " ".join(e.strip()[-200:] for e in errs)))
+        figure(case, shm_left=len(left))
+        problems.append("left in /dev/shm: %s" % left)
+        for f in left:
+            os.unlink(f)
+    if problems:
+        fail(case, "; ".join(problems))
     else:
-        print("ok stale_slot: the job passed over a stale %s and left nothing" % stale, flush=True)
+        print("ok stale_slot: attempt 1 passed, removed the killed rank's %s, left the live one's alone; attempt 2 "
+              "passed after it was killed and nothing of the job is left" % os.path.basename(dead), flush=True)
 
 
 CASES = {
