@@ -64,7 +64,7 @@ static const struct opt_def opts[O_COUNT] = {
 	[O_START_METHOD] = {"start_method", {"--start-method", "--start_method"}, V, "spawn", start_methods,
 		"Accepted; only affects Python function entrypoints."},
 	[O_EVENT_LOG_HANDLER] = {"event_log_handler", {"--event-log-handler", "--event_log_handler"}, V, "null", NULL,
-		"Only null; another handler is warned about once and no events are recorded."},
+		"null (default), dynamic_rendezvous (also silent) or console: the agent's events, one JSON line each on stderr, as torchrun's console handler prints them."},
 	[O_ROLE] = {"role", {"--role"}, V, "default", NULL,
 		"User-defined role for the workers."},
 	[O_MODULE] = {"module", {"-m", "--module"}, OPT_PET, NULL, NULL,
@@ -212,9 +212,6 @@ static void warn_unsupported(FILE *errs, const struct run_opts *o)
 	if (o->logs_specs)
 		fprintf(errs, "dptp-run: warning: --logs-specs=%s is a Python entry point and is not loaded; the default layout under --log-dir is used\n",
 			o->logs_specs);
-	if (o->event_log_handler && strcmp(o->event_log_handler, "null"))
-		fprintf(errs, "dptp-run: warning: --event-log-handler=%s is not supported; no agent events are recorded (as with null)\n",
-			o->event_log_handler);
 	fflush(errs);
 }
 

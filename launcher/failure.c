@@ -279,7 +279,7 @@ int failure_parse_error_json(const char *text, char **message, long long *timest
 
 /* ---- failures ---- */
 
-static char *read_file(const char *path)
+char *failure_read_text(const char *path)
 {
 	FILE *f = fopen(path, "r");
 	char *buf = NULL;
@@ -315,7 +315,7 @@ void failure_init(struct failure *f, unsigned local_rank, unsigned global_rank, 
 	f->pid = pid;
 	f->exitcode = exitcode;
 	f->timestamp = (long long)time(NULL);
-	if (error_file && *error_file && (text = read_file(error_file))) {
+	if (error_file && *error_file && (text = failure_read_text(error_file))) {
 		long long ts;
 		char *msg;
 		if (failure_parse_error_json(text, &msg, &ts) == 0) {
@@ -412,7 +412,7 @@ int failure_dump_root_cause(const struct failure *root, const char *parent_file)
 {
 	char *text, *out;
 	int rc = -1;
-	if (!root->error_file || !parent_file || !*parent_file || !(text = read_file(root->error_file)))
+	if (!root->error_file || !parent_file || !*parent_file || !(text = failure_read_text(root->error_file)))
 		return -1;
 	if ((out = failure_error_json_with_code(text, root->exitcode))) {
 		int fd;

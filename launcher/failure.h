@@ -40,6 +40,9 @@ int failure_dump_root_cause(const struct failure *root, const char *parent_file)
 /* The copied text (malloc'd), NULL when text is not an error file. */
 char *failure_error_json_with_code(const char *text, int code);
 
+/* A whole text file (at most 16 MiB), malloc'd; NULL when unreadable. */
+char *failure_read_text(const char *path);
+
 /* Parses a TORCHELASTIC_ERROR_FILE's JSON text. Returns 0 and malloc'd
  * *message (py_callstack indented by two spaces, or the message), and
  * *timestamp; -1 when the text is not an error file. */

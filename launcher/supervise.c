@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "events.h"
 #include "guard.h"
 #include "logs.h"
 #include "numa.h"
@@ -70,6 +71,8 @@ struct job {
 	struct numa_plan numa; /* --numa-binding: each local rank's CPUs */
 	struct log_filters dup[2]; /* --duplicate-stdout/stderr-filters */
 	int dup_fd[2];             /* this attempt's filtered_std{out,err}.log */
+	struct agent_events ev;    /* --event-log-handler */
+	char last_error[DPTP_ERR_MAX]; /* what ended the run (ATT_ERROR) */
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -108,7 +111,8 @@ static void record(struct job *j, struct worker *w, int exitcode, const char *ab
 	if (!g)
 		return;
 	j->fail = g;
-	failure_init(&j->fail[j->nfail++], w->local_rank, w->global_rank, w->pid, exitcode, w->error_file, abort_msg);
+	failure_init(&j->fail[j->nfail], w->local_rank, w->global_rank, w->pid, exitcode, w->error_file, abort_msg);
+	events_note_failure(&j->ev, &j->fail[j->nfail++]);
 	w->recorded = true;
 }
 
@@ -525,6 +529,48 @@ static int pending_signal(struct job *j)
 	return 0;
 }
 
+static struct event_worker worker_event(const struct job *j, unsigned i)
+{
+	const struct worker *w = &j->w[i];
+	struct event_worker ew = {
+		.local_rank = i, .global_rank = w->global_rank, .role_rank = j->info.base_role_rank + i,
+		.role_world_size = j->info.global_world_size, .pid = w->pid,
+	};
+	for (size_t k = 0; k < j->nfail; k++)
+		if (j->fail[k].local_rank == i)
+			ew.fail = &j->fail[k];
+	return ew;
+}
+
+/* torch's end of run: each worker of the last attempt (failed ones FAILED,
+ * the others TERMINATED when the group failed), then the agent's
+ * SUCCEEDED: its run returned. */
+static void end_events(struct job *j, bool failed)
+{
+	j->ev.total_run_time = (long)(dptp_now() - j->ev.start);
+	for (unsigned i = 0; j->w && i < j->n; i++) {
+		struct event_worker ew = worker_event(j, i);
+		events_worker(&j->ev, ew.fail ? "FAILED" : failed ? "TERMINATED" : "SUCCEEDED", j->restart_count, &ew);
+	}
+	events_agent(&j->ev, "SUCCEEDED", j->restart_count, -1, NULL);
+}
+
+/* The run ended by an error or a signal: the agent's FAILED. */
+static void failed_event(struct job *j, const char *why);
+
+static void signal_event(struct job *j)
+{
+	char why[96];
+	snprintf(why, sizeof(why), "SignalException: Process %d got signal: %d", (int)getpid(), j->signal_received);
+	failed_event(j, why);
+}
+
+static void failed_event(struct job *j, const char *why)
+{
+	j->ev.total_run_time = (long)(dptp_now() - j->ev.start);
+	events_agent(&j->ev, "FAILED", j->restart_count, -1, why);
+}
+
 static enum attempt_result attempt(struct job *j)
 {
 	const struct run_opts *o = j->o;
@@ -538,9 +584,17 @@ static enum attempt_result attempt(struct job *j)
 	j->alive = 0;
 	j->peer_failed = -1;
 	j->regroup = false;
+	double t0 = dptp_now();
 	int nrc = j->rdzv.ops->next(&j->rdzv, j->restart_count, &j->info, &err);
-	if (nrc == -EINTR && (j->signal_received = pending_signal(j)) > 0)
+	double rdzv_ms = (dptp_now() - t0) * 1e3;
+	if (nrc == -EINTR && (j->signal_received = pending_signal(j)) > 0) {
+		/* torch records it on the way out, unless the signal's default
+		 * action ends it first (no handler yet, not SIGINT) */
+		if (j->started_once || j->signal_received == SIGINT)
+			events_agent(&j->ev, "RENDEZVOUS", j->restart_count, rdzv_ms, NULL);
 		return ATT_RDZV_SIGNAL;
+	}
+	events_agent(&j->ev, "RENDEZVOUS", j->restart_count, rdzv_ms, NULL);
 	if (nrc < 0)
 		goto error;
 	phase("rendezvous done");
@@ -564,6 +618,7 @@ static enum attempt_result attempt(struct job *j)
 			goto error;
 		}
 	}
+	t0 = dptp_now();
 	j->w = calloc(j->n, sizeof(*j->w));
 	if (!j->w) {
 		dptp_err_set(&err, -ENOMEM, "out of memory");
@@ -584,6 +639,11 @@ static enum attempt_result attempt(struct job *j)
 			goto error;
 		}
 	}
+	/* as torch: the event still shows the previous group */
+	events_agent(&j->ev, "ASSIGN_WORKER_RANKS", j->restart_count, (dptp_now() - t0) * 1e3, NULL);
+	j->ev.have_group = true;
+	j->ev.group_rank = j->info.group_rank;
+	j->ev.group_world_size = j->info.group_world_size;
 	if (j->srv.up && !j->info.mixed) {
 		snprintf(nspace, sizeof(nspace), "%s", j->info.nspace);
 		if (pmix_srv_register_job(&j->srv, nspace, j->n, j->info.base_global_rank, j->info.global_world_size,
@@ -593,6 +653,7 @@ static enum attempt_result attempt(struct job *j)
 	phase("nspace and clients registered");
 	if (start_workers(j, attempt_dir, &err) < 0) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
+		snprintf(j->last_error, sizeof(j->last_error), "%s", err.msg);
 		begin_stop(j, SIGTERM);
 		monitor(j);
 		res = ATT_ERROR;
@@ -600,6 +661,10 @@ static enum attempt_result attempt(struct job *j)
 	}
 	phase("workers started");
 	j->started_once = true;
+	for (unsigned i = 0; i < j->n; i++) {
+		struct event_worker ew = worker_event(j, i);
+		events_worker(&j->ev, "START", j->restart_count, &ew);
+	}
 	monitor(j);
 	phase("workers done");
 	xnode_stop(j->xn); /* fences still pending fail: their workers are gone */
@@ -630,6 +695,7 @@ static enum attempt_result attempt(struct job *j)
 	goto out;
 error:
 	fprintf(stderr, "dptp-run: error: %s\n", err.msg);
+	snprintf(j->last_error, sizeof(j->last_error), "%s", err.msg);
 out:
 	xnode_stop(j->xn);
 	j->xn = NULL;
@@ -707,6 +773,19 @@ int supervise_run(const struct run_opts *o)
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		goto out;
 	}
+	if (events_init(&j.ev, o->event_log_handler, STDERR_FILENO) < 0) {
+		fprintf(stderr, "dptp-run: error: --event-log-handler=%s: there is no such handler (console, dynamic_rendezvous, null)\n",
+			o->event_log_handler);
+		goto out;
+	}
+	j.ev.run_id = j.rdzv.run_id;
+	j.ev.role = o->role;
+	j.ev.backend = o->standalone ? "c10d" : o->rdzv_backend;
+	j.ev.max_restarts = o->max_restarts;
+	{
+		const char *base = strrchr(j.cmd.path, '/');
+		j.ev.entry_point = strdup(o->run_path ? "run_script_path" : base ? base + 1 : j.cmd.path);
+	}
 	if (log_filters_parse(o->dup_stdout_filters, &j.dup[0]) < 0 || log_filters_parse(o->dup_stderr_filters, &j.dup[1]) < 0) {
 		fprintf(stderr, "dptp-run: error: out of memory\n");
 		goto out;
@@ -752,6 +831,7 @@ int supervise_run(const struct run_opts *o)
 			}
 		}
 		if (r == ATT_OK) {
+			end_events(&j, false);
 			status = 0;
 			break;
 		}
@@ -762,17 +842,22 @@ int supervise_run(const struct run_opts *o)
 		}
 		if (r == ATT_RDZV_SIGNAL) {
 			rdzv_signal_exit(&j, &status);
+			if (j.started_once)
+				signal_event(&j);
 			break;
 		}
 		if (r == ATT_FAILED)
 			rendezvous_report_failure(&j.rdzv);
 		if (r == ATT_SIGNALLED) {
 			j.rdzv.no_grace = true;
+			signal_event(&j);
 			fprintf(stderr, "SignalException: Process %d got signal: %d\n", (int)getpid(), j.signal_received);
 			break;
 		}
-		if (r == ATT_ERROR)
+		if (r == ATT_ERROR) {
+			failed_event(&j, j.last_error);
 			break;
+		}
 		if (j.restart_count < o->max_restarts) {
 			unsigned left = o->max_restarts - j.restart_count;
 			if (j.info_log)
@@ -783,6 +868,7 @@ int supervise_run(const struct run_opts *o)
 			j.restart_count++;
 			continue;
 		}
+		end_events(&j, true);
 		char host[256];
 		rdzv_fqdn(host, sizeof(host));
 		if (j.nfail) { /* none when only another node failed: it reports */
@@ -810,6 +896,7 @@ out:
 		j.rdzv.ops->shutdown(&j.rdzv);
 	log_dirs_release(&j.logs);
 	numa_plan_release(&j.numa);
+	events_release(&j.ev);
 	log_filters_release(&j.dup[0]);
 	log_filters_release(&j.dup[1]);
 	env_command_release(&j.cmd);

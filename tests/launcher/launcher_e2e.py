@@ -965,6 +965,124 @@ def case_duplicate_filters():
         check(f["attempt_0/filtered_stdout.log"] == "<0> try 0\n" and f["attempt_1/filtered_stdout.log"] == "<0> try 1\n", f)
 
 
+def captured_events():
+    """{case: [event dict]} from torchrun 2.11's console handler."""
+    out, cur = {}, None
+    for line in read("torchrun_2.11_events.txt").splitlines():
+        if line.startswith("== "):
+            cur = out.setdefault(line[3:], [])
+        elif line.startswith("{"):
+            cur.append(json.loads(line))
+    return out
+
+
+def events_of(err):
+    """The event lines of a run's stderr; each must be exactly what
+    Python's json.dumps writes for its own content."""
+    evs = []
+    for line in err.splitlines():
+        if line.startswith('{"name": "torchelastic.'):
+            ev = json.loads(line)
+            check(json.dumps(ev) == line, "not json.dumps' form:\n %s\n %s" % (line, json.dumps(ev)))
+            check(json.dumps(json.loads(ev["metadata"]["metadata"])) == ev["metadata"]["metadata"], line)
+            evs.append(ev)
+    return evs
+
+
+def same_events(got, want, what):
+    """Event by event: the same names, sources, keys in the same order and
+    values, except what differs between machines and runs."""
+    check(len(got) == len(want), "%s: %d events, torchrun %d:\n%s" % (what, len(got), len(want),
+                                                                    "\n".join(e["name"] for e in got)))
+    for g, w in zip(got, want):
+        check(list(g) == list(w) and list(g["metadata"]) == list(w["metadata"]), "%s: keys %r" % (what, g))
+        for k in ("name", "source", "timestamp"):
+            check(g[k] == w[k], "%s: %s %r != %r" % (what, k, g[k], w[k]))
+        gm, wm = g["metadata"], w["metadata"]
+        for k in wm:
+            if k in ("hostname", "worker_id", "metadata"):
+                continue
+            if k == "duration_ms":
+                check((gm[k] is None) == (wm[k] is None) and (gm[k] is None or isinstance(gm[k], float)), "%s: %r" % (what, g))
+            else:
+                check(gm[k] == wm[k], "%s: %s: %r, torchrun %r" % (what, k, gm[k], wm[k]))
+        check(gm["hostname"] == socket.getfqdn(socket.gethostname()), gm["hostname"])
+        check((gm["worker_id"] is None) == (wm["worker_id"] is None), "%s: worker_id %r" % (what, gm))
+        gi, wi = json.loads(gm["metadata"]), json.loads(wm["metadata"])
+        check(list(gi) == list(wi), "%s: inner keys %r" % (what, gi))
+        for k in wi:
+            if k == "entry_point":
+                check(gi[k] == "sh", gi)
+            elif k == "worker_pid":
+                check((gi[k] == [None]) == (wi[k] == [None]), gi)
+            else:
+                check(gi[k] == wi[k], "%s: %s: %r, torchrun %r" % (what, k, gi[k], wi[k]))
+
+
+def case_events():
+    cap = captured_events()
+    ev = ["--event-log-handler", "console"]
+    rc, out, err = run(ev + ["--nproc-per-node=2", "--no-python", "sh", "-c", "true"])
+    check(rc == 0, err)
+    got = events_of(err)
+    # torchrun's START and end events come in local rank order
+    same_events(got, cap["ok_2"], "ok_2")
+    check([e["metadata"]["worker_id"] for e in got[2:4]] == [e["metadata"]["worker_id"] for e in got[4:6]], got)
+    rc, out, err = run(ev + ["--max-restarts", "1", "--nproc-per-node=2", "--no-python", "sh", "-c",
+                             "exit $((3 - 3 * $TORCHELASTIC_RESTART_COUNT))"])
+    check(rc == 0, err)
+    same_events(events_of(err), cap["restart_2"], "restart_2")
+    rc, out, err = run(ev + ["--no-python", "sh", "-c", "exit 3"])
+    check(rc == 1, err)
+    got = events_of(err)
+    same_events(got, cap["fail_1"], "fail_1")
+    check(got[3]["metadata"]["worker_id"] == str(json.loads(got[3]["metadata"]["metadata"])["worker_pid"][0]), got[3])
+    # the events come before the failure report, as torchrun's
+    check(err.index('"source": "AGENT"') < err.index("ChildFailedError"), err)
+    # a sibling stopped after the failure is FAILED by SIGTERM, and the shared
+    # <NONE> data carries errorTraits (torch mutates one dict); the raw_error
+    # of an error file is json.dumps of its content, errorTraits added to an
+    # empty message
+    text = '{"message": "", "x": [1.5e-7, -0, 1E400, "\\u00e9\u00e9\\n\\ud800", 1e16, 0.1, 100.0, 2.5e-5, true, null], "y": {}}'
+    worker = ("import os, sys, time\nif os.environ['LOCAL_RANK'] == '1':\n    time.sleep(30)\n"
+              "open(os.environ['TORCHELASTIC_ERROR_FILE'], 'w').write(%r)\nsys.exit(2)\n" % text)
+    rc, out, err = run(ev + ["--nproc-per-node=2", "--no-python", "python3", "-c", worker])
+    check(rc == 1, err)
+    ends = [e for e in events_of(err) if e["source"] == "WORKER" and e["name"].endswith("FAILED")]
+    check(len(ends) == 2, err)
+    want = json.loads(text)
+    want["errorTraits"] = {"category": "system_terminated_error", "retryability": "False"}
+    check(ends[0]["metadata"]["raw_error"] == json.dumps(want), "%s\n%s" % (ends[0]["metadata"]["raw_error"], json.dumps(want)))
+    inner = json.loads(ends[1]["metadata"]["metadata"])
+    check(inner["exit_code"] == [-15] and ends[1]["metadata"]["raw_error"] == '{"message": "<NONE>"}', str(ends[1]))
+    # without an error file, exit 3: torch adds errorTraits to its one shared
+    # <NONE> dict, so the SIGTERMed sibling shows them too
+    rc, out, err = run(ev + ["--nproc-per-node=2", "--no-python", "sh", "-c", "[ $LOCAL_RANK = 1 ] && exit 3; sleep 30"])
+    ends = [e for e in events_of(err) if e["source"] == "WORKER" and e["name"].endswith("FAILED")]
+    traits = json.dumps({"message": "<NONE>", "errorTraits": want["errorTraits"]})
+    check(rc == 1 and len(ends) == 2 and all(e["metadata"]["raw_error"] == traits for e in ends), err)
+    # silent: null, dynamic_rendezvous, LOGLEVEL above INFO; unknown: exit 1
+    for args, env in ((["--event-log-handler", "null"], None), (["--event_log_handler=dynamic_rendezvous"], None),
+                      (ev, base_env(LOGLEVEL="WARNING")), ([], base_env(PET_EVENT_LOG_HANDLER="null"))):
+        rc, out, err = run(args + ["--no-python", "true"], env=env)
+        check(rc == 0 and "torchelastic." not in err and "warning" not in err, "%s: %r" % (args, err))
+    rc, out, err = run(["--no-python", "true"], env=base_env(PET_EVENT_LOG_HANDLER="console"))
+    check(rc == 0 and len(events_of(err)) == 5, err)
+    rc, out, err = run(["--event-log-handler", "syslog", "--no-python", "echo", "ran"])
+    check(rc == 1 and out == "" and err == "dptp-run: error: --event-log-handler=syslog: there is no such handler "
+          "(console, dynamic_rendezvous, null)\n", "rc %d %r" % (rc, err))
+    # a run that ends by a signal: the agent's FAILED
+    p = subprocess.Popen([RUN] + ev + ["--no-python", "sleep", "30"], env=base_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    got = events_of(err)
+    check([e["name"].rsplit(".", 1)[1] for e in got] == ["RENDEZVOUS", "ASSIGN_WORKER_RANKS", "START", "FAILED"], err)
+    check(got[-1]["source"] == "AGENT" and
+          got[-1]["metadata"]["raw_error"] == "SignalException: Process %d got signal: 15" % p.pid, got[-1])
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":
