@@ -819,6 +819,8 @@ static int wait_ops(struct pmix_srv *s, unsigned count, double timeout, const ch
 	return 0;
 }
 
+#define DS21_MIN_LOCAL 16
+
 /* Whether an MCA selection list ("a,b", "^a") lets the hash store in. */
 static bool gds_has_hash(const char *list)
 {
@@ -834,7 +836,7 @@ static bool gds_has_hash(const char *list)
 	return false;
 }
 
-int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err)
+int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, struct dptp_err *err)
 {
 	const char *tmp = getenv("TMPDIR");
 	pmix_info_t info[5];
@@ -869,12 +871,16 @@ int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err)
 		setenv("HWLOC_PLUGINS_PATH", s->tmpdir, 1);
 		hwloc_env = true;
 	}
-	/* job data in the shared-memory datastore (ds21): a client's get of
-	 * a peer's fenced data reads shared memory instead of a round trip
-	 * through the hash store (4x faster at 32 ranks, as under mpirun).
-	 * The hash store stays for each process's own data, which the
-	 * shared-memory stores cannot hold. Clients learn the choice from
-	 * PMIX_GDS_MODULE (setup_fork). */
+	/* job data in the shared-memory datastore (ds21) for jobs of
+	 * DS21_MIN_LOCAL local processes or more: a client's get of a peer's
+	 * fenced data reads shared memory instead of a round trip through the
+	 * hash store (4x faster at 32 ranks, as under mpirun). Its two 4 MiB
+	 * segments are zeroed page by page when the job registers (about 25
+	 * ms here, where a page fault costs ~12 us), more than the gets of a
+	 * small job save: below that size the hash store alone. The hash
+	 * store stays for each process's own data, which the shared-memory
+	 * stores cannot hold. Clients learn the choice from PMIX_GDS_MODULE
+	 * (setup_fork). */
 	if ((gds = getenv("PMIX_MCA_gds")) && *gds && !gds_has_hash(gds)) {
 		int e = -EINVAL;
 		dptp_err_set(err, e, "PMIX_MCA_gds='%s' leaves out 'hash', which every PMIx process needs for its own data "
@@ -883,7 +889,7 @@ int pmix_srv_init(struct pmix_srv *s, struct dptp_err *err)
 		return e;
 	}
 	if (!gds || !*gds) {
-		setenv("PMIX_MCA_gds", "ds21,hash", 1);
+		setenv("PMIX_MCA_gds", nlocal >= DS21_MIN_LOCAL ? "ds21,hash" : "hash", 1);
 		gds_env = true;
 	}
 	PMIX_INFO_LOAD(&info[ninfo], PMIX_SERVER_TMPDIR, s->tmpdir, PMIX_STRING);

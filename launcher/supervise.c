@@ -805,7 +805,7 @@ int supervise_run(const struct run_opts *o)
 			strerror(-rc));
 	if (gethostname(j.hostname, sizeof(j.hostname) - 1) < 0)
 		snprintf(j.hostname, sizeof(j.hostname), "localhost");
-	if ((rc = pmix_srv_init(&j.srv, &err)) == -EINVAL) {
+	if ((rc = pmix_srv_init(&j.srv, o->nproc, &err)) == -EINVAL) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		status = 2;
 		goto out;

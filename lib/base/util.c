@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,9 +152,8 @@ static size_t big_len(size_t bytes)
 	return (bytes + BIG_ALIGN - 1) / BIG_ALIGN * BIG_ALIGN;
 }
 
-void *dptp_big_alloc(size_t bytes)
+static void *big_map(size_t len)
 {
-	size_t len = big_len(bytes ? bytes : 1);
 	/* map one alignment more, keep the aligned part */
 	char *raw = mmap(NULL, len + BIG_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (raw == MAP_FAILED)
@@ -165,8 +166,63 @@ void *dptp_big_alloc(size_t bytes)
 	return p;
 }
 
+/* One block kept after its free for the next dptp_big_alloc: touching a
+ * page for the first time costs a fault (3-12 us each on a virtual
+ * machine with shadow page tables, 2-3 ms per MiB), so the checks, which
+ * run one after another, reuse the pages an earlier check touched
+ * instead of faulting in fresh ones. `out` is the block while it is
+ * handed out. */
+static struct {
+	pthread_mutex_t lock;
+	char *kept, *out;
+	size_t kept_len, out_len, dirty; /* dirty: bytes of kept that may be non-zero */
+} big = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+void *dptp_big_alloc(size_t bytes)
+{
+	size_t len = big_len(bytes ? bytes : 1);
+	char *p = NULL;
+	pthread_mutex_lock(&big.lock);
+	if (big.kept && !big.out) {
+		p = big.kept;
+		if (big.kept_len < len) { /* grow it: its touched pages come along */
+			void *q = mremap(p, big.kept_len, len, MREMAP_MAYMOVE);
+			if (q == MAP_FAILED) {
+				p = NULL;
+			} else {
+				p = q;
+				(void)madvise(p, len, MADV_HUGEPAGE);
+				big.kept_len = len;
+			}
+		}
+		if (p) {
+			memset(p, 0, big.dirty < len ? big.dirty : len); /* zeroed, as promised */
+			big.kept = p;
+			big.out = p;
+			big.out_len = big.kept_len;
+		}
+	}
+	pthread_mutex_unlock(&big.lock);
+	return p ? p : big_map(len);
+}
+
 void dptp_big_free(void *p, size_t bytes)
 {
-	if (p)
-		munmap(p, big_len(bytes ? bytes : 1));
+	if (!p)
+		return;
+	pthread_mutex_lock(&big.lock);
+	if (p == big.out) {
+		big.out = NULL;
+		big.dirty = big.out_len;
+		pthread_mutex_unlock(&big.lock);
+		return;
+	}
+	if (!big.kept) { /* the first one freed is kept */
+		big.kept = p;
+		big.kept_len = big.dirty = big_len(bytes ? bytes : 1);
+		pthread_mutex_unlock(&big.lock);
+		return;
+	}
+	pthread_mutex_unlock(&big.lock);
+	munmap(p, big_len(bytes ? bytes : 1));
 }

@@ -57,10 +57,12 @@ static inline uint64_t dptp_mix64(uint64_t x)
 /* Reads the whole getrandom(2) entropy into buf. Returns 0 or -errno. */
 int dptp_entropy(void *buf, size_t len);
 
-/* Zeroed memory for large buffers, 2 MiB-aligned and offered to the
- * kernel for transparent huge pages (where it takes them, a buffer costs
- * one page fault per 2 MiB instead of 512). NULL when out of memory.
- * Free with dptp_big_free(p, the same bytes). */
+/* Zeroed memory for large buffers, offered to the kernel for transparent
+ * huge pages (where it takes them, a buffer costs one page fault per 2
+ * MiB instead of 512). One freed block is kept and handed out again
+ * (grown in place where needed), so that checks that run one after
+ * another reuse pages already faulted in. NULL when out of memory. Free
+ * with dptp_big_free(p, the same bytes). */
 void *dptp_big_alloc(size_t bytes);
 void dptp_big_free(void *p, size_t bytes);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -145,6 +146,7 @@ struct drainer {
 	struct dptp_ipcsock *socks;
 	int n;
 	int stop;
+	int wake; /* eventfd: stop is set, leave the poll now */
 	pthread_t th;
 	bool running;
 };
@@ -152,12 +154,15 @@ struct drainer {
 static void *drain_main(void *arg)
 {
 	struct drainer *d = arg;
-	struct pollfd p[DPTP_WS_NBUF];
+	struct pollfd p[DPTP_WS_NBUF + 1];
 	int n = d->n < DPTP_WS_NBUF ? d->n : DPTP_WS_NBUF;
 	while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
 		for (int i = 0; i < n; i++)
 			p[i] = (struct pollfd){ .fd = d->socks[i].fd, .events = POLLIN };
-		if (poll(p, (nfds_t)n, 20) <= 0)
+		p[n] = (struct pollfd){ .fd = d->wake, .events = POLLIN };
+		/* woken by the stop's eventfd; the timeout only bounds a
+		 * missed wake (no eventfd) */
+		if (poll(p, (nfds_t)n + 1, 20) <= 0)
 			continue;
 		int full = 0;
 		for (int i = 0; i < n; i++) {
@@ -189,7 +194,7 @@ int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, in
 		socks[s].admit_ctx = job;
 		socks[s].foreign = job->foreign;
 	}
-	struct drainer dr = { .socks = socks, .n = nsocks };
+	struct drainer dr = { .socks = socks, .n = nsocks, .wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) };
 	dr.running = pthread_create(&dr.th, NULL, drain_main, &dr) == 0;
 	/* everyone has bound its sockets */
 	dptp_err_keep(&rc, err, dptp_xchg_barrier(job->x, xg, &e), &e);
@@ -270,9 +275,14 @@ int dptp_fd_ring(const struct dptp_ipc_job *job, const struct dptp_group *xg, in
 		}
 	}
 	if (dr.running) {
+		uint64_t one = 1;
 		__atomic_store_n(&dr.stop, 1, __ATOMIC_RELEASE);
+		if (dr.wake >= 0 && write(dr.wake, &one, sizeof(one)) < 0)
+			(void)0; /* the poll's timeout ends it then */
 		pthread_join(dr.th, NULL);
 	}
+	if (dr.wake >= 0)
+		close(dr.wake);
 	for (int s = 0; s < nsocks; s++)
 		socks[s].admit = NULL; /* the job table is borrowed for the ring only */
 	free(sent);

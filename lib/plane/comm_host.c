@@ -286,6 +286,10 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 		if (h->slot[b->rank] == MAP_FAILED) {
 			h->slot[b->rank] = NULL;
 			rc = dptp_err_set(err, -errno, "mmap('%s'): %s", name, strerror(errno));
+		} else {
+			/* the slot's pages in one call, not one write fault per
+			 * 4 KiB page at the first copy (a hint: refused is fine) */
+			(void)madvise(h->slot[b->rank], h->cap, MADV_POPULATE_WRITE);
 		}
 	}
 	/* everyone has created its slot (or failed): map the local peers' */
@@ -302,7 +306,9 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 			rc = dptp_err_set(err, -errno, "shm_open('%s') of rank %d: %s", pn, r, strerror(errno));
 			break;
 		}
-		h->slot[r] = mmap(NULL, h->cap, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+		/* read only here; mapped whole now rather than faulted in a
+		 * page at a time by the first collective */
+		h->slot[r] = mmap(NULL, h->cap, PROT_READ, MAP_SHARED | MAP_POPULATE, pfd, 0);
 		close(pfd);
 		if (h->slot[r] == MAP_FAILED) {
 			h->slot[r] = NULL;

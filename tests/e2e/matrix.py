@@ -7,6 +7,7 @@ usage: matrix.py --check PATH --launcher mpirun|dptp-run|srun [--run PATH] [--on
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,10 @@ CHECKS = ["broadcast", "opid", "device-map", "fused-allreduce", "dispatch", "res
 FAULTS = ["bcast-global-src", "opid-seeded", "device-tp-rank", "world-workspace", "dispatch-ep-group",
           "dp-rank-reset", "shm-name-no-group", "subgroup-reduce", "world-reduce", "root-by-local-rank",
           "idle-skip", "local-shape"]
-SMALL = ["--tokens", "8", "--hidden", "64", "--timeout", "20"]
+# A seed of this run's own: under opid-seeded every TP group's opId comes
+# from the seed, and two test jobs at once (the suites run in parallel)
+# with the same seed would squat each other's socket names.
+SMALL = ["--tokens", "8", "--hidden", "64", "--timeout", "20", "--seed", str(random.SystemRandom().randrange(2, 1 << 62))]
 
 
 def launch_cmd(args, np):

@@ -8,6 +8,7 @@ usage: robust.py --check PATH [--launcher mpirun|dptp-run] [--run PATH]
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from matrix import launch_cmd  # noqa: E402
 
 SMALL = ["--tokens", "8", "--hidden", "64"]
+# --inject all includes opid-seeded, whose opIds come from the seed: a seed
+# of this run's own keeps parallel test jobs off each other's socket names
+SEED = random.SystemRandom().randrange(2, 1 << 62)
 
 
 def main():
@@ -87,7 +91,7 @@ def main():
             t0 = time.monotonic()
             p = subprocess.run(launch_cmd(args, np_) + [args.check] + lay +
                                ["--inject", "all", "--timeout", "10", "--tokens", "8", "--hidden", "64",
-                                "--format", "json", "--output", out],
+                                "--seed", str(SEED), "--format", "json", "--output", out],
                                capture_output=True, text=True, env=env, timeout=120)
             dt = time.monotonic() - t0
             if not os.path.exists(out):
