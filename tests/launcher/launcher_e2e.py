@@ -1057,10 +1057,12 @@ def case_events():
     check(inner["exit_code"] == [-15] and ends[1]["metadata"]["raw_error"] == '{"message": "<NONE>"}', str(ends[1]))
     # without an error file, exit 3: torch adds errorTraits to its one shared
     # <NONE> dict, so the SIGTERMed sibling shows them too
-    rc, out, err = run(ev + ["--nproc-per-node=2", "--no-python", "sh", "-c", "[ $LOCAL_RANK = 1 ] && exit 3; sleep 30"])
+    rc, out, err = run(ev + ["--nproc-per-node=2", "--no-python", "sh", "-c", "[ $LOCAL_RANK = 1 ] && exit 3; sleep 20"])
+    check(rc == 1, err)
+    same_events(events_of(err), cap["fail_2"], "fail_2")
     ends = [e for e in events_of(err) if e["source"] == "WORKER" and e["name"].endswith("FAILED")]
     traits = json.dumps({"message": "<NONE>", "errorTraits": want["errorTraits"]})
-    check(rc == 1 and len(ends) == 2 and all(e["metadata"]["raw_error"] == traits for e in ends), err)
+    check(len(ends) == 2 and all(e["metadata"]["raw_error"] == traits for e in ends), err)
     # silent: null, dynamic_rendezvous, LOGLEVEL above INFO; unknown: exit 1
     for args, env in ((["--event-log-handler", "null"], None), (["--event_log_handler=dynamic_rendezvous"], None),
                       (ev, base_env(LOGLEVEL="WARNING")), ([], base_env(PET_EVENT_LOG_HANDLER="null"))):
