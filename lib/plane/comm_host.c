@@ -144,8 +144,40 @@ static int host_allreduce(struct dptp_comm *c, const struct dptp_group *g, void 
 	if (!ptrs)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
 	int rc = gather_ptrs(c, g, buf, bytes, true, -1, ptrs, &tmp, err);
-	if (rc == 0)
+	struct host_impl *h = c->impl;
+	const size_t esz = dptp_dtype_bytes(dt);
+	/* in shared memory, a reduce-scatter then a gather: member i sums
+	 * only its share of every slot, in group order as the whole sum
+	 * would (the same bits), into its own slot, and each member then
+	 * copies the shares -- a 1/n of the reading and summing each */
+	bool split = rc == 0 && !tmp && g->index >= 0 && g->size > 1;
+	if (rc == 0 && !split)
 		dptp_reduce_sum(buf, (const void *const *)ptrs, g->size, count, dt);
+	if (split) {
+		size_t lo = count * (size_t)g->index / (size_t)g->size;
+		size_t hi = count * (size_t)(g->index + 1) / (size_t)g->size;
+		const void **part = calloc((size_t)g->size, sizeof(*part));
+		if (!part) {
+			rc = dptp_err_set(err, -ENOMEM, "out of memory");
+		} else {
+			for (int j = 0; j < g->size; j++)
+				part[j] = (const char *)ptrs[j] + lo * esz;
+			dptp_reduce_sum((char *)h->slot[h->rank] + lo * esz, part, g->size, hi - lo, dt);
+			free(part);
+		}
+	}
+	/* every rank takes this round, split or not (lockstep) */
+	struct dptp_err e2 = {0};
+	int rc2 = dptp_xchg_round(c->x, NULL, 0, rc < 0 ? NULL : &e2);
+	if (rc == 0 && rc2 < 0) {
+		rc = rc2;
+		if (err)
+			*err = e2;
+	}
+	for (int j = 0; split && rc == 0 && j < g->size; j++) {
+		size_t lo = count * (size_t)j / (size_t)g->size, hi = count * (size_t)(j + 1) / (size_t)g->size;
+		memcpy((char *)buf + lo * esz, (const char *)ptrs[j] + lo * esz, (hi - lo) * esz);
+	}
 	free(ptrs);
 	return finish(c, g, tmp, rc, err);
 }
