@@ -1073,6 +1073,18 @@ def case_events():
     rc, out, err = run(["--event-log-handler", "syslog", "--no-python", "echo", "ran"])
     check(rc == 1 and out == "" and err == "dptp-run: error: --event-log-handler=syslog: there is no such handler "
           "(console, dynamic_rendezvous, null)\n", "rc %d %r" % (rc, err))
+    # two static nodes: node 1's group, its workers' global ranks, the
+    # role's world size (as torch's _assign_worker_ranks gives them)
+    res = two_nodes(ev + ["--no-python", "true"], ev + ["--no-python", "true"])
+    check(all(r[0] == 0 for r in res), res)
+    got = events_of(res[1][2])
+    check([e["name"].rsplit(".", 1)[1] for e in got] ==
+          ["RENDEZVOUS", "ASSIGN_WORKER_RANKS", "START", "START", "SUCCEEDED", "SUCCEEDED", "SUCCEEDED"], res[1][2])
+    inner = [json.loads(e["metadata"]["metadata"]) for e in got]
+    check([e["metadata"]["group_rank"] for e in got] == [None, None, 1, 1, 1, 1, 1], got)
+    check([i["group_world_size"] for i in inner] == [None, None, 2, 2, 2, 2, 2], inner)
+    check([e["metadata"]["global_rank"] for e in got[2:6]] == [2, 3, 2, 3], got)
+    check([i["role_rank"] + i["role_world_size"] for i in inner[2:6]] == [[2, 4], [3, 4], [2, 4], [3, 4]], inner)
     # a run that ends by a signal: the agent's FAILED
     p = subprocess.Popen([RUN] + ev + ["--no-python", "sleep", "30"], env=base_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
