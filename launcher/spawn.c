@@ -42,8 +42,10 @@ static void child(const struct spawn_req *r, int status_fd, pid_t parent)
 		goto fail;
 	/* --numa-binding: set before exec, so every thread the worker makes
 	 * inherits it (torch wraps the command in numactl --physcpubind) */
-	if (r->cpus && sched_setaffinity(0, r->cpus_len, (const cpu_set_t *)r->cpus) < 0)
-		goto fail;
+	if (r->cpus && sched_setaffinity(0, r->cpus_len, (const cpu_set_t *)r->cpus) < 0) {
+		e = errno | SPAWN_ERR_AFFINITY;
+		goto report;
+	}
 	if (r->stdout_fd >= 0 && dup2(r->stdout_fd, STDOUT_FILENO) < 0)
 		goto fail;
 	if (r->stderr_fd >= 0 && dup2(r->stderr_fd, STDERR_FILENO) < 0)
@@ -58,6 +60,7 @@ static void child(const struct spawn_req *r, int status_fd, pid_t parent)
 	execve(r->path, r->argv, r->envp);
 fail:
 	e = errno;
+report:
 	while (write(status_fd, &e, sizeof(e)) < 0 && errno == EINTR)
 		;
 	_exit(127);

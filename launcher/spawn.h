@@ -23,8 +23,12 @@ struct spawn_req {
  * only those. Call once before spawning. */
 void spawn_prepare(void);
 
+/* Marks the errno of a failed sched_setaffinity (the CPU set no longer fits
+ * the launcher's cpuset) in spawn_worker's result. */
+#define SPAWN_ERR_AFFINITY (1 << 20)
+
 /* Returns 0 with the worker's pid in *pid_out, or -errno when it could not
- * be executed (*pid_out then holds the exited child's pid for the caller to
+ * be executed (-(errno | SPAWN_ERR_AFFINITY) when it could not be bound) (*pid_out then holds the exited child's pid for the caller to
  * reap, or 0 when no child was made). */
 int spawn_worker(const struct spawn_req *r, pid_t *pid_out);
 

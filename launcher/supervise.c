@@ -345,7 +345,11 @@ static int start_workers(struct job *j, const char *attempt_dir, struct dptp_err
 				j->alive++;
 				pmix_srv_worker_started(&j->srv, w->global_rank, pid, j->cmd.path);
 			}
-			if (rc < 0) {
+			if (rc < 0 && (-rc & SPAWN_ERR_AFFINITY)) {
+				rc = -(-rc & ~SPAWN_ERR_AFFINITY);
+				dptp_err_set(err, rc, "cannot bind local rank %u to its CPUs (--numa-binding=%s): %s", i,
+					o->numa_binding, strerror(-rc));
+			} else if (rc < 0) {
 				j->exec_failed = true;
 				dptp_err_set(err, rc, "cannot execute '%s': %s (errno %d)", j->cmd.path, strerror(-rc), -rc);
 			}
