@@ -275,16 +275,99 @@ static int rd_number(struct redump *r, bool *zero)
 }
 
 static int rd_value(struct redump *r, bool *falsy);
+static int rd_string(struct redump *r, bool *empty);
 
-static int rd_container(struct redump *r, bool obj, bool *empty)
+/* One re-dumped piece into a string of its own. */
+static char *rd_piece(struct redump *r, bool key, bool *falsy)
 {
-	char close = obj ? '}' : ']';
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *saved = r->o;
+	r->o = open_memstream(&buf, &len);
+	if (!r->o) {
+		r->o = saved;
+		return NULL;
+	}
+	int rc = key ? (*r->p == '"' ? rd_string(r, falsy) : -1) : rd_value(r, falsy);
+	fclose(r->o);
+	r->o = saved;
+	if (rc < 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* An object as a Python dict: a repeated key keeps its first place and
+ * takes the last value. */
+static int rd_object(struct redump *r, bool *empty)
+{
+	char **kv = NULL; /* key, value, key, value... */
+	size_t n = 0;
+	int rc = -1;
 	r->p++;
 	r->depth++;
-	fputc(obj ? '{' : '[', r->o);
 	skip_ws(r);
-	*empty = *r->p == close;
-	for (bool first = true; *r->p != close; first = false) {
+	*empty = *r->p == '}';
+	for (bool first = true; *r->p != '}'; first = false) {
+		bool f;
+		if (!first) {
+			if (*r->p != ',')
+				goto out;
+			r->p++;
+			skip_ws(r);
+		}
+		char *k = rd_piece(r, true, &f), *v = NULL;
+		skip_ws(r);
+		if (k && *r->p == ':') {
+			r->p++;
+			skip_ws(r);
+			v = rd_piece(r, false, &f);
+		}
+		char **more = k && v ? realloc(kv, (n + 2) * sizeof(*kv)) : NULL;
+		if (!more) {
+			free(k);
+			free(v);
+			goto out;
+		}
+		kv = more;
+		if (r->depth == 1 && !strcmp(k, "\"message\""))
+			r->message_falsy = f;
+		size_t i = 0;
+		while (i < n && strcmp(kv[i], k))
+			i += 2;
+		if (i < n) {
+			free(k);
+			free(kv[i + 1]);
+			kv[i + 1] = v;
+		} else {
+			kv[n++] = k;
+			kv[n++] = v;
+		}
+		skip_ws(r);
+	}
+	r->p++;
+	r->depth--;
+	fputc('{', r->o);
+	for (size_t i = 0; i < n; i += 2)
+		fprintf(r->o, "%s%s: %s", i ? ", " : "", kv[i], kv[i + 1]);
+	fputc('}', r->o);
+	rc = 0;
+out:
+	for (size_t i = 0; i < n; i++)
+		free(kv[i]);
+	free(kv);
+	return rc;
+}
+
+static int rd_array(struct redump *r, bool *empty)
+{
+	r->p++;
+	r->depth++;
+	fputc('[', r->o);
+	skip_ws(r);
+	*empty = *r->p == ']';
+	for (bool first = true; *r->p != ']'; first = false) {
 		bool f;
 		if (!first) {
 			if (*r->p != ',')
@@ -293,31 +376,13 @@ static int rd_container(struct redump *r, bool obj, bool *empty)
 			skip_ws(r);
 			fputs(", ", r->o);
 		}
-		if (obj) {
-			/* duplicate keys are written as they come (Python keeps
-			 * the last value, in the first key's place) */
-			const char *key = r->p;
-			if (*r->p != '"' || rd_string(r, &f) < 0)
-				return -1;
-			bool is_message = r->depth == 1 && !strncmp(key, "\"message\"", 9);
-			skip_ws(r);
-			if (*r->p != ':')
-				return -1;
-			r->p++;
-			skip_ws(r);
-			fputs(": ", r->o);
-			if (rd_value(r, &f) < 0)
-				return -1;
-			if (is_message)
-				r->message_falsy = f;
-		} else if (rd_value(r, &f) < 0) {
+		if (rd_value(r, &f) < 0)
 			return -1;
-		}
 		skip_ws(r);
 	}
 	r->p++;
 	r->depth--;
-	fputc(close, r->o);
+	fputc(']', r->o);
 	return 0;
 }
 
@@ -337,9 +402,9 @@ static int rd_value(struct redump *r, bool *falsy)
 	case '"':
 		return rd_string(r, falsy);
 	case '{':
-		return rd_container(r, true, falsy);
+		return rd_object(r, falsy);
 	case '[':
-		return rd_container(r, false, falsy);
+		return rd_array(r, falsy);
 	}
 	for (size_t i = 0; i < DPTP_ARRAY_LEN(words); i++) {
 		size_t n = strlen(words[i].in);

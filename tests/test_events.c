@@ -50,6 +50,7 @@ static void test_redump(void **state)
 		{"\"\\u0022\\\\\"", "\"\\\"\\\\\""},
 		{"  {\"message\" : \"x\"}  ", "{\"message\": \"x\"}"},
 		{"\"\xc3\xa9\xf0\x9f\x98\x80\"", "\"\\u00e9\\ud83d\\ude00\""},
+		{"{\"a\": 1, \"b\": 2, \"\\u0061\": {\"x\": [], \"x\": 3}}", "{\"a\": {\"x\": 3}, \"b\": 2}"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *got = events_json_redump(cases[i][0]);
@@ -58,7 +59,7 @@ static void test_redump(void **state)
 		free(got);
 	}
 	/* what json.loads refuses */
-	static const char *const bad[] = {"", "{", "{\"a\" 1}", "[1,]", "01", "\"\x01\"", "[1] x", "tru", "\"\\x\""};
+	static const char *const bad[] = {"", "{", "{\"a\" 1}", "[1,]", "01", "\"\x01\"", "[1] x", "tru", "\"\\x\"", "{\"a\"}", "{1: 2}"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char *got = events_json_redump(bad[i]);
 		if (got)
