@@ -520,11 +520,16 @@ static char *raw_error_of(const struct agent_events *e, const struct failure *f)
 		bool falsy = false;
 		char *data = redump(text, &falsy);
 		free(text);
-		if (data && falsy && f->exitcode >= 0 && data[0] == '{' && !strstr(data, "\"errorTraits\": ")) {
+		if (data && falsy && f->exitcode >= 0 && data[0] == '{') {
+			/* error_file_data["errorTraits"] = ...: appended, and the
+			 * re-dump puts it where a key of that name already is */
 			size_t n = strlen(data);
-			if (asprintf(&out, "%.*s%s%s}", (int)(n - 1), data, n > 2 ? ", " : "", traits) < 0)
-				out = NULL;
+			char *tmp = NULL;
+			if (asprintf(&tmp, "%.*s%s%s}", (int)(n - 1), data, n > 2 ? ", " : "", traits) < 0)
+				tmp = NULL;
 			free(data);
+			out = tmp ? redump(tmp, NULL) : NULL;
+			free(tmp);
 			return out;
 		}
 		if (data)

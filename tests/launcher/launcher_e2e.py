@@ -1043,7 +1043,7 @@ def case_events():
     # <NONE> data carries errorTraits (torch mutates one dict); the raw_error
     # of an error file is json.dumps of its content, errorTraits added to an
     # empty message
-    text = '{"message": "", "x": [1.5e-7, -0, 1E400, "\\u00e9\u00e9\\n\\ud800", 1e16, 0.1, 100.0, 2.5e-5, true, null], "y": {}}'
+    text = '{"errorTraits": 1, "message": "", "x": [1.5e-7, -0, 1E400, "\\u00e9\u00e9\\n\\ud800", 1e16, 0.1, 100.0, 2.5e-5, true, null], "y": {}}'
     worker = ("import os, sys, time\nif os.environ['LOCAL_RANK'] == '1':\n    time.sleep(30)\n"
               "open(os.environ['TORCHELASTIC_ERROR_FILE'], 'w').write(%r)\nsys.exit(2)\n" % text)
     rc, out, err = run(ev + ["--nproc-per-node=2", "--no-python", "python3", "-c", worker])
