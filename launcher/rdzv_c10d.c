@@ -536,6 +536,27 @@ static int store_info(struct rendezvous *r, unsigned rank, struct rdzv_info *out
 	return 0;
 }
 
+/* A completed round as read from the store: as many nodes as --nnodes
+ * allows, and ranks 0..n-1, each once (mark_complete's, or torch's). */
+static int check_round(struct rendezvous *r, struct dptp_err *err)
+{
+	const struct rdzv_state *s = r->c10d->st;
+	const struct run_opts *o = r->opts;
+	bool seen[RDZV_MAX_NODES] = {false};
+	if (s->npart < o->min_nodes || s->npart > o->max_nodes)
+		return dptp_err_set(err, -EPROTO, "round %lld of the rendezvous '%s' completed with %u nodes; --nnodes=%u:%u",
+			s->round, r->run_id, s->npart, o->min_nodes, o->max_nodes);
+	for (unsigned i = 0; i < s->npart; i++) {
+		long long k = s->rank[i];
+		if (k < 0 || k >= (long long)s->npart || seen[k])
+			return dptp_err_set(err, -EPROTO, "round %lld of the rendezvous '%s' gives node '%.64s_%lld_%lld' "
+				"rank %lld: ranks must be 0..%u, each once", s->round, r->run_id, s->part[i].addr,
+				s->part[i].pid, s->part[i].local_id, k, s->npart - 1);
+		seen[k] = true;
+	}
+	return 0;
+}
+
 static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *out, struct dptp_err *err)
 {
 	const struct run_opts *o = r->opts;
@@ -559,6 +580,7 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 	int me = rdzv_nd_find(s->part, s->npart, &c->me);
 	if (me < 0)
 		return dptp_err_set(err, -EPROTO, "the completed rendezvous does not list this node");
+	DPTP_TRY(check_round(r, err));
 	unsigned rank = (unsigned)s->rank[me], world = s->npart;
 	r->barrier_n = world;
 	info(r, "The node '%s_%lld_%lld' has joined round %lld of the rendezvous '%s' as rank %u in a world of size %u.",
@@ -568,6 +590,13 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 		return dptp_err_set(err, -EMSGSIZE, "run id '%s' is too long for a store key", r->run_id);
 	DPTP_TRY(store_info(r, rank, out, err));
 	DPTP_TRY(rdzv_assign_ranks(r, r->agent, rank, world, rk, err));
+	/* checked over the state's connection, under the round's prefix */
+	if (dptp_tcpstore_client_set_prefix(c->c, prefix) < 0)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	int rc = rdzv_check_ranks(r, c->c, rank, world, rk, err);
+	if (dptp_tcpstore_client_set_prefix(c->c, "/") < 0 && rc == 0)
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+	DPTP_TRY(rc);
 	out->group_rank = rank;
 	out->group_world_size = world;
 	out->base_global_rank = rk[0];
@@ -632,6 +661,9 @@ static const struct rendezvous_ops c10d_ops = {
 int rdzv_c10d_init(struct rendezvous *r, struct dptp_err *err)
 {
 	const struct run_opts *o = r->opts;
+	if (o->max_nodes > RDZV_MAX_NODES)
+		return dptp_err_set(err, -EINVAL, "--nnodes=%u:%u: the c10d rendezvous state holds at most %d nodes",
+			o->min_nodes, o->max_nodes, RDZV_MAX_NODES);
 	struct rdzv_c10d *c = calloc(1, sizeof(*c));
 	if (!c || !(c->st = calloc(1, sizeof(*c->st)))) {
 		free(c);

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -12,9 +13,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
-
-/* Most ranks a job may have: bounds forged node records and assignments. */
-#define RDZV_MAX_WORLD (1u << 20)
 #include <unistd.h>
 
 #include "wire/tcpstore.h"
@@ -203,7 +201,7 @@ static int parse_role_info(const struct dptp_tcpstore_buf *b, unsigned node, cha
 	if (!(p = strstr(s, "\"local_world_size\": ")))
 		goto bad;
 	v = strtoul(p + strlen("\"local_world_size\": "), &end, 10);
-	if (end == p + strlen("\"local_world_size\": ") || v == 0 || v > 1u << 20)
+	if (end == p + strlen("\"local_world_size\": ") || v > UINT_MAX)
 		goto bad;
 	*lws = (unsigned)v;
 	return 0;
@@ -211,13 +209,27 @@ bad:
 	return dptp_err_set(err, -EPROTO, "node %u's role_info is not torchrun's: '%.200s'", node, s ? s : "");
 }
 
+/* json.dumps of four ints: "[a, b, c, d]", each 0..UINT_MAX, nothing else
+ * (sscanf's %u would take 4294967300 as 4). */
 static int parse_ranks(const struct dptp_tcpstore_buf *b, unsigned v[4], struct dptp_err *err)
 {
-	const char *s = (const char *)b->data;
-	if (!s || sscanf(s, "[%u, %u, %u, %u]", &v[0], &v[1], &v[2], &v[3]) != 4)
-		return dptp_err_set(err, -EPROTO, "assigned_ranks '%.100s' is not \"[base, world, role base, role world]\"",
-			s ? s : "");
-	return 0;
+	const char *s = (const char *)b->data, *p = s;
+	for (int i = 0; p && i < 4; i++) {
+		char *end;
+		if (*p++ != (i ? ',' : '[') || (i && *p++ != ' ') || *p < '0' || *p > '9')
+			goto bad;
+		errno = 0;
+		unsigned long long x = strtoull(p, &end, 10);
+		if (errno || x > UINT_MAX)
+			goto bad;
+		v[i] = (unsigned)x;
+		p = end;
+	}
+	if (p && p[0] == ']' && !p[1])
+		return 0;
+bad:
+	return dptp_err_set(err, -EPROTO, "assigned_ranks '%.100s' is not \"[base, world, role base, role world]\"",
+		s ? s : "");
 }
 
 static int connect_clients(struct rendezvous *r, struct dptp_err *err)
@@ -264,6 +276,90 @@ static int clear_worker_keys(struct rendezvous *r, struct dptp_err *err)
 	return rc;
 }
 
+struct role_infos {
+	unsigned n;
+	char (*roles)[160];
+	unsigned *lws;
+};
+
+static void role_infos_free(struct role_infos *ri)
+{
+	free(ri->roles);
+	free(ri->lws);
+	ri->roles = NULL;
+	ri->lws = NULL;
+}
+
+/* Every node's role_info (role_info/0..n-1) over c: each 1..RDZV_MAX_NPROC
+ * workers, RDZV_MAX_WORLD at most in all, node `me`'s own as it wrote it
+ * (role and --nproc-per-node). wait: wait for the keys (node 0) or refuse
+ * missing ones at once (the others: node 0 assigned from all of them). */
+static int read_role_infos(struct rendezvous *r, struct dptp_tcpstore_client *c, unsigned me, unsigned n,
+	bool wait, struct role_infos *ri, struct dptp_err *err)
+{
+	char **keys = calloc(n, sizeof(*keys)), own[160];
+	struct dptp_tcpstore_buf *bufs = NULL;
+	uint64_t global = 0;
+	int rc = 0;
+	ri->n = n;
+	ri->lws = calloc(n, sizeof(*ri->lws));
+	ri->roles = calloc(n, sizeof(*ri->roles));
+	if (!ri->lws || !ri->roles || !keys)
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+	for (unsigned i = 0; rc == 0 && i < n; i++)
+		if (!(keys[i] = malloc(96)))
+			rc = dptp_err_set(err, -ENOMEM, "out of memory");
+		else
+			snprintf(keys[i], 96, RI_PREFIX "%u", i);
+	bool all = wait;
+	if (rc == 0 && !wait)
+		rc = dptp_tcpstore_client_check(c, (const char *const *)keys, n, &all, err);
+	for (unsigned i = 0; rc == 0 && !all && i < n; i++) { /* which one */
+		const char *k1[] = {keys[i]};
+		bool ready = false;
+		if ((rc = dptp_tcpstore_client_check(c, k1, 1, &ready, err)) == 0 && !ready)
+			rc = dptp_err_set(err, -EPROTO, "node %u's role_info is missing, yet ranks were assigned: "
+				"do all nodes run with --nnodes=%u?", i, n);
+	}
+	if (rc == 0)
+		rc = dptp_tcpstore_client_multi_get(c, (const char *const *)keys, n, &bufs, err);
+	rdzv_json_str(r->opts->role, own, sizeof(own));
+	for (unsigned i = 0; rc == 0 && i < n; i++) {
+		rc = parse_role_info(&bufs[i], i, ri->roles[i], sizeof(ri->roles[i]), &ri->lws[i], err);
+		if (rc == 0 && (ri->lws[i] < 1 || ri->lws[i] > RDZV_MAX_NPROC))
+			rc = dptp_err_set(err, -EPROTO, "node %u's role_info claims %u workers (1..%u per node)", i,
+				ri->lws[i], RDZV_MAX_NPROC);
+		else if (rc == 0 && i == me && (ri->lws[i] != r->opts->nproc || strcmp(ri->roles[i], own)))
+			rc = dptp_err_set(err, -EPROTO, "this node's role_info '%.200s' is not what it wrote "
+				"(role %s, %u workers)", (char *)bufs[i].data, own, r->opts->nproc);
+		global += ri->lws[i];
+	}
+	if (rc == 0 && global > RDZV_MAX_WORLD)
+		rc = dptp_err_set(err, -EPROTO, "the nodes' role_info add up to %llu workers (at most %u)",
+			(unsigned long long)global, RDZV_MAX_WORLD);
+	if (bufs)
+		dptp_tcpstore_bufs_free(bufs, n);
+	if (keys)
+		dptp_tcpstore_keys_free(keys, n);
+	if (rc < 0)
+		role_infos_free(ri);
+	return rc;
+}
+
+/* torchrun's assignment of node i: ranks in group-rank order, role ranks
+ * per role: [base, world, role base, role world]. */
+static void assignment_of(const struct role_infos *ri, unsigned i, unsigned v[4])
+{
+	memset(v, 0, 4 * sizeof(*v));
+	for (unsigned j = 0; j < ri->n; j++) {
+		bool same = !strcmp(ri->roles[j], ri->roles[i]);
+		v[1] += ri->lws[j];
+		v[0] += j < i ? ri->lws[j] : 0;
+		v[3] += same ? ri->lws[j] : 0;
+		v[2] += same && j < i ? ri->lws[j] : 0;
+	}
+}
+
 /* torchrun's node 0 in _assign_worker_ranks: MULTI_GET every role_info,
  * ranks in group-rank order (role ranks per role), MULTI_SET every
  * assigned_ranks. clear: drop the last attempt's worker keys in between
@@ -271,55 +367,56 @@ static int clear_worker_keys(struct rendezvous *r, struct dptp_err *err)
 static int node0_assign(struct rendezvous *r, struct dptp_tcpstore_client *c, unsigned n, bool clear,
 	struct dptp_err *err)
 {
-	unsigned *lws = calloc(n, sizeof(*lws)), global = 0, base = 0;
-	char (*roles)[160] = calloc(n, sizeof(*roles));
+	struct role_infos ri = {0};
 	char **keys = calloc(n, sizeof(*keys));
-	struct dptp_tcpstore_buf *vals = calloc(n, sizeof(*vals)), *bufs = NULL;
+	struct dptp_tcpstore_buf *vals = calloc(n, sizeof(*vals));
 	int rc = 0;
-	if (!lws || !roles || !vals || !keys)
+	if (!vals || !keys)
 		rc = dptp_err_set(err, -ENOMEM, "out of memory");
-	for (unsigned i = 0; rc == 0 && i < n; i++)
-		if (!(keys[i] = malloc(96)))
-			rc = dptp_err_set(err, -ENOMEM, "out of memory");
-		else
-			snprintf(keys[i], 96, RI_PREFIX "%u", i);
 	if (rc == 0)
-		rc = dptp_tcpstore_client_multi_get(c, (const char *const *)keys, n, &bufs, err);
-	for (unsigned i = 0; rc == 0 && i < n; i++) {
-		rc = parse_role_info(&bufs[i], i, roles[i], sizeof(roles[i]), &lws[i], err);
-		global += lws[i];
-	}
+		rc = read_role_infos(r, c, 0, n, true, &ri, err);
 	if (rc == 0 && clear)
 		rc = clear_worker_keys(r, err);
 	for (unsigned i = 0; rc == 0 && i < n; i++) {
-		unsigned rsize = 0, rbase = 0;
-		for (unsigned j = 0; j < n; j++)
-			if (!strcmp(roles[j], roles[i])) {
-				rsize += lws[j];
-				if (j < i)
-					rbase += lws[j];
-			}
+		unsigned v4[4];
 		char v[96];
-		snprintf(v, sizeof(v), "[%u, %u, %u, %u]", base, global, rbase, rsize);
-		snprintf(keys[i], 96, AR_PREFIX "%u", i);
-		if (!(vals[i].data = (uint8_t *)strdup(v))) {
+		assignment_of(&ri, i, v4);
+		snprintf(v, sizeof(v), "[%u, %u, %u, %u]", v4[0], v4[1], v4[2], v4[3]);
+		if (!(keys[i] = malloc(96)) || !(vals[i].data = (uint8_t *)strdup(v))) {
 			rc = dptp_err_set(err, -ENOMEM, "out of memory");
 			break;
 		}
+		snprintf(keys[i], 96, AR_PREFIX "%u", i);
 		vals[i].len = strlen(v);
-		base += lws[i];
 	}
 	if (rc == 0)
 		rc = dptp_tcpstore_client_multi_set(c, (const char *const *)keys, vals, n, err);
 	if (vals)
 		dptp_tcpstore_bufs_free(vals, n);
-	if (bufs)
-		dptp_tcpstore_bufs_free(bufs, n);
 	if (keys)
 		dptp_tcpstore_keys_free(keys, n);
-	free(lws);
-	free(roles);
+	role_infos_free(&ri);
 	return rc;
+}
+
+int rdzv_check_ranks(struct rendezvous *r, struct dptp_tcpstore_client *c, unsigned me, unsigned n,
+	const unsigned rk[4], struct dptp_err *err)
+{
+	unsigned nproc = r->opts->nproc, want[4];
+	struct role_infos ri = {0};
+	/* cheap bounds first: a forged world of 2^20 + 2 is refused as it is */
+	if (rk[1] > RDZV_MAX_WORLD || rk[1] < n || (uint64_t)rk[0] + nproc > rk[1] || rk[3] > rk[1] ||
+	    (uint64_t)rk[2] + nproc > rk[3])
+		return dptp_err_set(err, -EPROTO, "assigned_ranks [%u, %u, %u, %u] of node %u do not fit its %u workers "
+			"(base + nproc <= world <= %u, %u nodes)", rk[0], rk[1], rk[2], rk[3], me, nproc, RDZV_MAX_WORLD, n);
+	DPTP_TRY(read_role_infos(r, c, me, n, false, &ri, err));
+	assignment_of(&ri, me, want);
+	role_infos_free(&ri);
+	if (memcmp(want, rk, sizeof(want)))
+		return dptp_err_set(err, -EPROTO, "assigned_ranks [%u, %u, %u, %u] of node %u disagree with the nodes' "
+			"role_info, which give [%u, %u, %u, %u]", rk[0], rk[1], rk[2], rk[3], me, want[0], want[1], want[2],
+			want[3]);
+	return 0;
 }
 
 static void role_info_value(const struct rendezvous *r, unsigned me, char *val, size_t len)
@@ -416,15 +513,10 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 			goto out;
 	}
 	snprintf(key, sizeof(key), AR_PREFIX "%u", me);
-	if ((rc = dptp_tcpstore_client_get(r->agent, key, &mine, err)) < 0 || (rc = parse_ranks(&mine, rk, err)) < 0)
-		goto out;
 	/* a forged assignment must not hand the workers a world of 65538 */
-	if (rk[1] > RDZV_MAX_WORLD || (uint64_t)rk[0] + o->nproc > rk[1] || rk[3] > rk[1] ||
-	    (uint64_t)rk[2] + o->nproc > rk[3]) {
-		rc = dptp_err_set(err, -EPROTO, "assigned_ranks '%.100s' does not fit this node's %u workers "
-			"(base + nproc <= world <= %u)", (const char *)mine.data, o->nproc, RDZV_MAX_WORLD);
+	if ((rc = dptp_tcpstore_client_get(r->agent, key, &mine, err)) < 0 || (rc = parse_ranks(&mine, rk, err)) < 0 ||
+	    (rc = rdzv_check_ranks(r, r->ext, me, n, rk, err)) < 0)
 		goto out;
-	}
 
 	out->group_rank = me;
 	out->group_world_size = n;
@@ -474,10 +566,10 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 				bufs[i].data ? (char *)bufs[i].data : "");
 			goto out;
 		}
-		if (nd->nproc < 1 || nd->nproc > RDZV_MAX_WORLD || nd->pid <= 0 ||
+		if (nd->nproc < 1 || nd->nproc > RDZV_MAX_NPROC || nd->pid <= 0 ||
 		    (i == me && nd->nproc != o->nproc)) {
 			rc = dptp_err_set(err, -EPROTO, "node %u's dptp record '%.100s' claims %u workers (pid %d); "
-				"expected 1..%u%s", i, (char *)bufs[i].data, nd->nproc, nd->pid, RDZV_MAX_WORLD,
+				"expected 1..%u%s", i, (char *)bufs[i].data, nd->nproc, nd->pid, RDZV_MAX_NPROC,
 				i == me ? ", and this node's own --nproc-per-node" : "");
 			goto out;
 		}
@@ -575,6 +667,12 @@ int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_
 	r->abort_fd = -1;
 	if (gethostname(r->hostname, sizeof(r->hostname) - 1) < 0)
 		snprintf(r->hostname, sizeof(r->hostname), "localhost");
+	/* the node count bounds every table sized by it: each node runs a
+	 * worker at least, this one its --nproc-per-node */
+	if (o->max_nodes < 1 || o->nproc < 1 || o->nproc > RDZV_MAX_NPROC ||
+	    (uint64_t)o->max_nodes - 1 + o->nproc > RDZV_MAX_WORLD)
+		return dptp_err_set(err, -EINVAL, "--nnodes=%u with --nproc-per-node=%u: more than %u ranks",
+			o->max_nodes, o->nproc, RDZV_MAX_WORLD);
 	if (!o->standalone && !strcmp(o->rdzv_backend, "c10d") && (o->max_nodes > 1 || o->min_nodes != o->max_nodes))
 		return rdzv_c10d_init(r, err);
 	if (o->standalone || strcmp(o->rdzv_backend, "static")) {

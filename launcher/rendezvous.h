@@ -35,6 +35,14 @@
 struct dptp_tcpstore_server;
 struct dptp_tcpstore_client;
 
+/* What the store may claim (issue 14 item 9): a node runs at most what
+ * --nproc-per-node allows, a job at most 2^20 ranks. A record or an
+ * assignment past these, or one that disagrees with the nodes' role_info or
+ * this node's command line, is refused (-EPROTO, one line) before anything
+ * is allocated for it or handed to a worker. */
+#define RDZV_MAX_NPROC 4096u
+#define RDZV_MAX_WORLD (1u << 20)
+
 struct rdzv_node {
 	unsigned nproc;
 	unsigned base; /* first global rank */
@@ -109,6 +117,13 @@ int rendezvous_tick(struct rendezvous *r, struct dptp_err *err);
 /* c10d: the heartbeat alone, when due (0 for other backends). */
 int rendezvous_heartbeat(struct rendezvous *r, struct dptp_err *err);
 
+/* assigned_ranks rk of group rank me of n: within the bounds above, and
+ * equal to torchrun's assignment computed again from every node's role_info
+ * read over c (not the agent connection, whose bytes are torchrun's), which
+ * must all be there (node 0 assigned from them), this node's own being its
+ * command line. */
+int rdzv_check_ranks(struct rendezvous *r, struct dptp_tcpstore_client *c, unsigned me, unsigned n,
+	const unsigned rk[4], struct dptp_err *err);
 /* Shared by the implementations: torchrun's _assign_worker_ranks for group
  * rank me of n over c (role_info, node 0's MULTI_SET, own assigned_ranks
  * as [base, world, role base, role world]), and the common shutdown. */

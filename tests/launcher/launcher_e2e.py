@@ -784,7 +784,9 @@ def case_twonode_wire():
                                              port=port, node1_port=pport)
     lsock.close()
     check(rc0 == 0 and rc1 == 0, "rc %d/%d: %s %s" % (rc0, rc1, e0, e1))
-    agent = [c for c in conns if b"torchelastic/role_info/1" in c[">"]]
+    # the one that SETs node 1's role_info (dptp-run's own connection reads
+    # every role_info too, to check the assignment)
+    agent = [c for c in conns if b'"local_world_size"' in c[">"]]
     check(len(agent) == 1, "%d agent connections" % len(agent))
     got, want = bytes(agent[0][">"]), cap[(1, ">")]
     # the PING nonce is the agent's pid
