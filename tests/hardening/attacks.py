@@ -35,6 +35,15 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   killed rank and holds one of a live rank: the next attempt
                   passes, removes the first, never touches the second; after
                   that rank is killed the attempt after leaves nothing.
+  forged_static   static rendezvous, --nnodes 2: a fake node 0 (hosting
+                  the store) writes its node record, role_info and node
+                  1's assigned_ranks: worlds of 65538 and 2^20, ranks that
+                  collide with node 0's, a value past 2^32: the real node 1
+                  exits 1 with one line, starts no worker, leaves nothing.
+  forged_c10d     c10d, --nnodes 2: a fake peer joins the rendezvous state
+                  as rank 0 and writes the round's keys (WORLD_SIZE=65538),
+                  or forges the state (a rank out of range, a rank twice, 3
+                  nodes); --nnodes 1:2000: the same, one line each.
   torchrun_env    torchrun-style environments: MASTER_PORT, RANK, WORLD_SIZE
                   or LOCAL_RANK set but empty, LOCAL_RANK unset with
                   LOCAL_WORLD_SIZE=2, no store at --timeout 2: exit 3, one
@@ -648,6 +657,200 @@ def case_stale_slot():
               "passed after it was killed and nothing of the job is left" % os.path.basename(dead), flush=True)
 
 
+# ---------------------------------------------------------------- forged records
+
+def store_client(port, timeout=20):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "launcher"))
+    from store_probe import Store
+    return Store("127.0.0.1", port, timeout=timeout)
+
+
+def role_info(rank, lws):
+    return '{"role": "default", "rank": %d, "local_world_size": %d}' % (rank, lws)
+
+
+def forged_node(case, tmp, what, args, want, before=None, timeout=60):
+    """Runs one dptp-run node (2 workers that write their WORLD_SIZE) after
+    before(); it must exit non-zero within `timeout` with one error line
+    matching `want`, start no worker and leave nothing (processes, files
+    in its TMPDIR: PMIx tmpdir, log dirs). /dev/shm is not looked at: this
+    dptp-run makes none, and other jobs on the machine do."""
+    tag = uuid.uuid4().hex
+    out = os.path.join(tmp, "world-%s" % tag[:8])
+    tdir = tempfile.mkdtemp(dir=tmp)
+    cmd = [ARGS.run, "--nproc-per-node=2"] + args + ["--no-python", "/bin/sh", "-c", 'echo "$WORLD_SIZE" >> ' + out]
+    env = dict(os.environ, DPTP_ATTACK_TAG=tag, TMPDIR=tdir, DPTP_RUN_STOP_TIMEOUT="5")
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "PMIX_NAMESPACE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    figure(case, attempts=1)
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    fake = None
+    try:
+        fake = before(p) if before else None
+        try:
+            err = p.communicate(timeout=timeout)[1]
+        except subprocess.TimeoutExpired:
+            figure(case, hangs=1)
+            p.kill()
+            err = p.communicate()[1]
+            fail(case, "%s: dptp-run still alive after %d s" % (what, timeout))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if fake:
+            fake()
+    secs = time.monotonic() - t0
+    time.sleep(0.2)
+    errs = [ln for ln in err.splitlines() if "error" in ln.lower()]
+    worlds = open(out).read().split() if os.path.exists(out) else []
+    left = tagged(tag)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    files = [os.path.join(d, f) for d, _, fs in os.walk(tdir) for f in fs] + \
+        [d for d, ds, _ in os.walk(tdir) if d != tdir]
+    FIGURES[case].pop("shm_left", None)  # not measured here (see above)
+    figure(case, processes_left=len(left), bytes_left=sum(
+        os.path.getsize(f) for f in files if os.path.isfile(f)), files_left=len(files))
+    if worlds:
+        figure(case, false_verdicts=1)
+    problems = []
+    if p.returncode == 0 or len(errs) != 1 or not re.search(want, errs[0] if errs else ""):
+        problems.append("exit %s, error lines %s (want one matching %r)" % (p.returncode, errs, want))
+    if worlds:
+        problems.append("workers started with WORLD_SIZE %s" % worlds)
+    if left or files:
+        problems.append("left: processes %s, files %s" % (left, files))
+    if problems:
+        fail(case, "%s: %s" % (what, "; ".join(problems)))
+    else:
+        print("ok %s (%s): exit %d in %.1f s, no worker, nothing left: %s" % (case, what, p.returncode, secs,
+                                                                          errs[0].strip()), flush=True)
+
+
+def case_forged_static():
+    """Static rendezvous, --nnodes 2: a fake node 0 hosts the store (a
+    dptp-check rank 0, a real TCPStore) and writes, as node 0 would, its
+    node record and role_info and node 1's assigned_ranks: the issue's
+    WORLD_SIZE=65538, one of 2^20, the node record alone, a plausible
+    world whose ranks collide with node 0's, a number past 2^32. The real
+    dptp-run node 1 refuses each."""
+    case = "forged_static"
+    security.ARGS = ARGS
+    forgeries = [  # (what, node 0's record and role_info, node 1's assigned_ranks, error)
+        ("world 65538", 65536, 65536, "[65536, 65538, 65536, 65538]", r"node 0's role_info claims 65536 workers"),
+        ("world 2^20", 1048574, 1048574, "[1048574, 1048576, 1048574, 1048576]",
+         r"node 0's role_info claims 1048574 workers"),
+        ("node record alone", 65536, 2, "[2, 4, 2, 4]", r"node 0's dptp record '65536 \d+ evil-node0' claims 65536"),
+        ("ranks of node 0", 2, 2, "[0, 4, 0, 4]", r"assigned_ranks \[0, 4, 0, 4\] of node 1 disagree with the "
+         r"nodes' role_info, which give \[2, 4, 2, 4\]"),
+        ("world 2^32 + 4", 2, 2, "[2, 4294967300, 2, 4]", r"assigned_ranks '\[2, 4294967300, 2, 4\]' is not"),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for what, rec, lws, ranks, want in forgeries:
+            port = free_port()
+            store, ls = security.start_rank0(port)
+            if not ls:
+                store.kill()
+                store.wait()
+                fail(case, "the fake node 0's store never listened on port %d" % port)
+                continue
+            run_id = "forged-%d" % port
+            st = store_client(port)
+            st.set("%s/dptp/0/node/0" % run_id, "%d %d evil-node0" % (rec, store.pid))
+            st.set("%s/torchelastic/role_info/0" % run_id, role_info(0, lws))
+            st.set("%s/torchelastic/assigned_ranks/1" % run_id, ranks)
+
+            def stop(store=store, st=st):
+                st.s.close()
+                store.kill()
+                store.wait()
+            forged_node(case, tmp, what, ["--nnodes=2", "--node-rank=1", "--master-addr=127.0.0.1",
+                                          "--master-port=%d" % port, "--rdzv-id=" + run_id],
+                        want, before=lambda p, stop=stop: stop, timeout=40)
+
+
+def case_forged_c10d():
+    """c10d rendezvous, --nnodes 2: the real dptp-run hosts the c10d store
+    and joins; a fake peer adds itself to the rendezvous state (pickled
+    with stand-ins of torch's classes) as rank 0, completes the round, and
+    writes the round's keys as rank 0 would: MASTER_ADDR/PORT, its
+    role_info, the node's assigned_ranks (the issue's WORLD_SIZE=65538).
+    Then forged states: a rank out of range, ranks twice, 3 nodes for
+    --nnodes 2. The real node refuses each; and --nnodes 1:2000 (more
+    nodes than the state holds) is refused at start."""
+    case = "forged_c10d"
+    import base64
+    import datetime
+    import pickle
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "c10d"))
+    import standins
+    utc = datetime.timezone.utc
+    forgeries = [
+        ("world 65538", "keys", r"node 0's role_info claims 65536 workers"),
+        ("rank out of range", "rank5", r"rank 5: ranks must be 0\.\.1, each once"),
+        ("rank twice", "twice", r"ranks must be 0\.\.1, each once"),
+        ("3 nodes", "three", r"completed with 3 nodes; --nnodes=2:2"),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for what, how, want in forgeries:
+            port = free_port()
+            run_id = "forged-%d" % port
+            key = "torch.rendezvous." + run_id
+
+            def peer(p, port=port, run_id=run_id, key=key, how=how):
+                try:
+                    return forge_c10d(p, port, run_id, key, how)
+                except (OSError, EOFError, AssertionError) as e:
+                    fail(case, "%s: the fake peer failed: %r" % (what, e))
+                    return None
+
+            def forge_c10d(p, port, run_id, key, how):
+                st = store_client(port)
+                rnd = "torch.rendezvous.%s.0/" % run_id
+                if how == "keys":
+                    st.set(rnd + "MASTER_ADDR", "127.0.0.1")
+                    st.set(rnd + "MASTER_PORT", str(free_port()))
+                    st.set(rnd + "torchelastic/role_info/0", role_info(0, 65536))
+                    st.set(rnd + "torchelastic/assigned_ranks/1", "[65536, 65538, 65536, 65538]")
+                end = time.monotonic() + 20
+                while time.monotonic() < end and p.poll() is None:
+                    try:
+                        s = pickle.loads(base64.b64decode(st.get(key)))
+                    except Exception:
+                        s = None
+                    if s is not None and not isinstance(s, bytes) and len(s.participants) == 1:
+                        break
+                    time.sleep(0.05)
+                else:
+                    return None
+                real = next(iter(s.participants))
+                now = datetime.datetime.now(utc)
+                fakes = [standins._NodeDesc("!fake%d" % i, 1 + i, 0) for i in range(2 if how == "three" else 1)]
+                for f in fakes:
+                    s.participants[f] = 0
+                    s.last_heartbeats[f] = now
+                for r, n in enumerate(sorted(s.participants)):
+                    s.participants[n] = r
+                if how == "rank5":
+                    s.participants[real] = 5
+                elif how == "twice":
+                    s.participants[real] = 0
+                s.complete = True
+                s.deadline = None
+                st.set(key, base64.b64encode(pickle.dumps(s, protocol=4)))
+                return lambda: st.s.close()
+            forged_node(case, tmp, what, ["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:%d" % port,
+                                          "--rdzv-id=" + run_id, "--rdzv-conf=last_call_timeout=1,"
+                                          "keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=30"],
+                        want, before=peer, timeout=60)
+        # the node count itself: more than the state can hold
+        forged_node(case, tmp, "--nnodes 1:2000", ["--nnodes=1:2000", "--rdzv-backend=c10d",
+                                                   "--rdzv-endpoint=127.0.0.1:%d" % free_port()],
+                    r"--nnodes=1:2000: the c10d rendezvous state holds at most 1024 nodes", timeout=20)
+
+
 CASES = {
     "ipc_flood": lambda: case_ipc("ipc_flood", "flood"),
     "ipc_inject": lambda: case_ipc("ipc_inject", "inject"),
@@ -658,6 +861,8 @@ CASES = {
     "waiter_bomb": case_waiter_bomb,
     "mpirun_colour": case_mpirun_colour,
     "stale_slot": case_stale_slot,
+    "forged_static": case_forged_static,
+    "forged_c10d": case_forged_c10d,
 }
 
 
