@@ -840,7 +840,7 @@ OWN_CPUS = "while read l; do case $l in Cpus_allowed_list*) echo $l;; esac; done
 def bound_cpus(args, env):
     """{local rank: Cpus_allowed_list} of each worker (the worker's own
     /proc status, not a child's)."""
-    rc, out, err = run(args + ["--tee", "1", "--no-python", "sh", "-c", OWN_CPUS],
+    rc, out, err = run(args + ["--tee", "1", "--log-dir", "/dev/null", "--no-python", "sh", "-c", OWN_CPUS],
                        env=env)
     check(rc == 0, "rc %d: %s" % (rc, err))
     got = {}
@@ -875,8 +875,8 @@ def case_numa_binding():
         got = bound_cpus(["--numa_binding=socket", "--nproc-per-node", "2"], env)
         check(got == {0: cpulist(allowed), 1: cpulist(allowed)}, "socket: %r" % got)
         # within the launcher's own affinity: under taskset, node 1 is n1's last CPU
-        p = subprocess.run(["taskset", "-c", str(n1[-1]), RUN, "--numa-binding", "node", "--tee", "1", "--no-python",
-                            "sh", "-c", OWN_CPUS],
+        p = subprocess.run(["taskset", "-c", str(n1[-1]), RUN, "--numa-binding", "node", "--tee", "1",
+                            "--log-dir", "/dev/null", "--no-python", "sh", "-c", OWN_CPUS],
                            env=env, capture_output=True, text=True, timeout=60)
         rc, out, err = p.returncode, p.stdout, p.stderr
         check(rc == 0 and out.split()[-1] == str(n1[-1]), "taskset: %r %r" % (out, err))
@@ -1048,7 +1048,8 @@ def case_events():
     text = '{"errorTraits": 1, "message": "", "x": [1.5e-7, -0, 1E400, "\\u00e9\u00e9\\n\\ud800", 1e16, 0.1, 100.0, 2.5e-5, true, null], "y": {}}'
     worker = ("import os, sys, time\nif os.environ['LOCAL_RANK'] == '1':\n    time.sleep(30)\n"
               "open(os.environ['TORCHELASTIC_ERROR_FILE'], 'w').write(%r)\nsys.exit(2)\n" % text)
-    rc, out, err = run(ev + ["--nproc-per-node=2", "--no-python", "python3", "-c", worker])
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run(ev + ["--nproc-per-node=2", "--log-dir", d, "--no-python", "python3", "-c", worker])
     check(rc == 1, err)
     ends = [e for e in events_of(err) if e["source"] == "WORKER" and e["name"].endswith("FAILED")]
     check(len(ends) == 2, err)
