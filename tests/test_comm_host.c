@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -12,6 +13,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "one_rank.h"
@@ -126,29 +128,38 @@ static bool exists(const char *name, const char *marker)
 	return n >= 0;
 }
 
-/* Each attempt names its slots with its own nonce: a dead earlier attempt's
- * slot of this rank is removed, one whose owner still holds it (alive, or
- * between creating and sizing it) and another rank's are not touched, and
- * this attempt's own name is gone once created. */
+/* Each attempt names its slots with its own nonce: dead earlier attempts'
+ * slots (of any rank; unsized ones once a minute old) are removed, one
+ * whose owner still holds it or is between creating and sizing it is not
+ * touched, and this attempt's own name is gone once created. */
 static void test_stale_attempts(void **state)
 {
 	struct one_rank j;
 	struct dptp_err err = {0};
 	struct dptp_comm *c = NULL;
 	int host_of[1] = {0};
-	char dead[128], alive[128], young[128], other[128], mine[128];
+	char dead[128], alive[128], young[128], old[128], other[128], mine[128], job2[128], foreign[128];
 	assert_int_equal(one_rank_init(&j), 0);
 	const char *job = j.b->job_id;
+	snprintf(job2, sizeof(job2), "%s-another", job);
 	plant(job, 0x11, 0, 4096, false, dead);
 	int lk = plant(job, 0x22, 0, 4096, true, alive);
 	plant(job, 0x33, 0, 0, false, young);
-	plant(job, 0x44, 1, 4096, false, other);
+	plant(job, 0x34, 3, 0, false, old);
+	struct timespec past[2] = {{.tv_sec = time(NULL) - 120}, {.tv_sec = time(NULL) - 120}};
+	char path[160];
+	snprintf(path, sizeof(path), "/dev/shm%s", old);
+	assert_int_equal(utimensat(AT_FDCWD, path, past, 0), 0); /* its owner died a while ago */
+	plant(job, 0x44, 7, 4096, false, other);
+	plant(job2, 0x11, 0, 4096, false, foreign); /* another job's: never ours to remove */
 	dptp_comm_host_slot_name(mine, sizeof(mine), job, 0x55, 0);
 	assert_int_equal(dptp_comm_host_create(&c, &j.x, host_of, 4096, 0x55, &err), 0);
 	assert_false(exists(dead, NULL));
 	assert_true(exists(alive, "stale"));
 	assert_true(exists(young, NULL));
-	assert_true(exists(other, "stale"));
+	assert_false(exists(old, NULL));
+	assert_false(exists(other, NULL));
+	assert_true(exists(foreign, "stale"));
 	assert_false(exists(mine, NULL));
 	dptp_comm_destroy(c);
 	close(lk); /* the owner of "alive" dies: the next attempt removes it */
@@ -156,7 +167,7 @@ static void test_stale_attempts(void **state)
 	assert_false(exists(alive, NULL));
 	dptp_comm_destroy(c);
 	shm_unlink(young);
-	shm_unlink(other);
+	shm_unlink(foreign);
 	one_rank_release(&j);
 }
 

@@ -19,6 +19,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 struct host_impl {
@@ -232,29 +233,32 @@ void dptp_comm_host_slot_name(char *buf, size_t n, const char *job, uint64_t att
 		 (unsigned long long)attempt, rank);
 }
 
-/* Removes this rank's slots of earlier attempts of the same job whose
- * owner is gone: "dptp-<job>-<other attempt>-<rank>", ours, not locked and
- * already sized. An owner holds its lock from before it sizes the slot
- * until it has unlinked the name, and the lock goes with its process, so a
- * live earlier attempt (or one of another container sharing /dev/shm) keeps
- * its slot, and this attempt never opens it for anything else. */
-static void sweep_stale(const char *job, uint64_t attempt, int rank)
+/* An unsized slot is young (its owner is between creating and locking it)
+ * for this long; past it, unlocked, its owner died in between. */
+#define SLOT_YOUNG_S 60
+
+/* Removes the slots of other attempts of the same job whose owner is gone:
+ * "dptp-<job>-<other attempt>-<rank>", ours, not locked, and sized (or
+ * unsized for SLOT_YOUNG_S). An owner locks its slot before it sizes it and
+ * holds the lock until it has unlinked the name, and the lock goes with its
+ * process, so a live earlier attempt (or one of another container sharing
+ * /dev/shm) keeps its slots, and this attempt never opens them for
+ * anything else. Any rank may remove any rank's: an attempt's ranks all
+ * skip that attempt's names. */
+static void sweep_stale(const char *job, uint64_t attempt)
 {
-	char pre[64], suf[24];
+	char pre[64];
 	snprintf(pre, sizeof(pre), "dptp-%016llx-", (unsigned long long)job_hash(job));
-	snprintf(suf, sizeof(suf), "-%d", rank);
 	DIR *d = opendir("/dev/shm");
 	if (!d)
 		return;
-	size_t lp = strlen(pre), ls = strlen(suf);
+	size_t lp = strlen(pre);
 	struct dirent *e;
 	while ((e = readdir(d))) {
-		const char *nm = e->d_name;
-		size_t l = strlen(nm);
-		if (l != lp + 16 + ls || strncmp(nm, pre, lp) || strcmp(nm + lp + 16, suf) ||
-		    strspn(nm + lp, "0123456789abcdef") < 16)
-			continue;
-		if (strtoull(nm + lp, NULL, 16) == attempt)
+		const char *nm = e->d_name, *rk = nm + lp + 17;
+		if (strncmp(nm, pre, lp) || strlen(nm) < lp + 18 || strspn(nm + lp, "0123456789abcdef") != 16 ||
+		    rk[-1] != '-' || strspn(rk, "0123456789") != strlen(rk) ||
+		    strtoull(nm + lp, NULL, 16) == attempt)
 			continue;
 		char path[300];
 		snprintf(path, sizeof(path), "/%s", nm);
@@ -262,8 +266,8 @@ static void sweep_stale(const char *job, uint64_t attempt, int rank)
 		struct stat st;
 		if (fd < 0)
 			continue;
-		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size > 0 &&
-		    flock(fd, LOCK_EX | LOCK_NB) == 0)
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+		    (st.st_size > 0 || st.st_mtime < time(NULL) - SLOT_YOUNG_S) && flock(fd, LOCK_EX | LOCK_NB) == 0)
 			shm_unlink(path);
 		close(fd);
 	}
@@ -295,7 +299,7 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 	if (!h->cap)
 		h->cap = 4096;
 
-	sweep_stale(b->job_id, attempt, b->rank);
+	sweep_stale(b->job_id, attempt);
 	dptp_comm_host_slot_name(name, sizeof(name), b->job_id, attempt, b->rank);
 	int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0 && errno == EEXIST) {

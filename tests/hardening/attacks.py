@@ -31,9 +31,9 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
   mpirun_colour   mpirun -np 2 dptp-check > file: no colour codes (the
                   ranks' stdout is Open MPI's relay pty); skipped without mpirun.
   stale_slot      an earlier attempt of the same torchrun-style job (same
-                  run id, address, port) left a /dev/shm/dptp-* slot of a
-                  killed rank and holds one of a live rank: the next attempt
-                  passes, removes the first, never touches the second; after
+                  run id, address, port) left /dev/shm/dptp-* slots of two
+                  killed ranks and holds one of a live rank: the next attempt
+                  passes, removes the first, never touches the last; after
                   that rank is killed the attempt after leaves nothing.
   forged_static   static rendezvous, --nnodes 2: a fake node 0 (hosting
                   the store) writes its node record, role_info and node
@@ -599,8 +599,9 @@ def stale_run(case, run_id, port):
 def case_stale_slot():
     """Slots are /dev/shm/dptp-<job>-<attempt nonce>-<rank>. An earlier
     attempt of the same job (same run id, address, port): its rank 1 was
-    killed and left its slot, its rank 0 is still alive (stuck) and holds
-    its own. The next attempt passes, removes the dead one's slot, never
+    killed and left its slot (so did its rank 3: that attempt had 4),
+    its rank 0 is still alive (stuck) and holds its own. The next attempt
+    (2 ranks) passes, removes the dead ones' slots, never
     opens the live one's (content, inode and times unchanged); once that
     one is SIGKILLed too, the attempt after removes its slot: nothing of
     the job is left in /dev/shm."""
@@ -614,8 +615,10 @@ def case_stale_slot():
     mine = "/dev/shm/dptp-%016x-" % h
     earlier = os.urandom(8).hex()
     dead = "%s%s-1" % (mine, earlier)
-    with open(dead, "wb") as f:
-        f.write(b"\0" * 4096)
+    gone = "%s%s-3" % (mine, earlier)  # a rank the next attempt (world 2) does not have
+    for f in (dead, gone):
+        with open(f, "wb") as out:
+            out.write(b"\0" * 4096)
     live = "%s%s-0" % (mine, earlier)
     holder = subprocess.Popen([sys.executable, "-c", HOLD_SLOT, live], stdout=subprocess.PIPE, text=True)
     problems = []
@@ -629,8 +632,9 @@ def case_stale_slot():
             content = f.read(15) if after else b""
         if rcs != [0, 0]:
             problems.append("attempt 1 exits %s: %s" % (rcs, errs))
-        if os.path.exists(dead):
-            problems.append("the killed rank's slot %s is still there" % dead)
+        for f in (dead, gone):
+            if os.path.exists(f):
+                problems.append("the killed rank's slot %s is still there" % f)
         if not after or (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns) != \
                 (before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns) or content != b"earlier attempt":
             problems.append("the live earlier rank's slot %s was touched" % live)
@@ -653,8 +657,8 @@ def case_stale_slot():
     if problems:
         fail(case, "; ".join(problems))
     else:
-        print("ok stale_slot: attempt 1 passed, removed the killed rank's %s, left the live one's alone; attempt 2 "
-              "passed after it was killed and nothing of the job is left" % os.path.basename(dead), flush=True)
+        print("ok stale_slot: attempt 1 passed, removed the killed ranks' %s and -3, left the live one's alone; "
+              "attempt 2 passed after it was killed and nothing of the job is left" % os.path.basename(dead), flush=True)
 
 
 # ---------------------------------------------------------------- forged records
