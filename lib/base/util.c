@@ -168,10 +168,9 @@ static void *big_map(size_t len)
 
 /* One block kept after its free for the next dptp_big_alloc: touching a
  * page for the first time costs a fault (3-12 us each on a virtual
- * machine with shadow page tables, 2-3 ms per MiB), so the checks, which
- * run one after another, reuse the pages an earlier check touched
- * instead of faulting in fresh ones. `out` is the block while it is
- * handed out. */
+ * machine with shadow page tables), so the checks, which run one after
+ * another, reuse the pages an earlier check touched instead of faulting
+ * in fresh ones. `out` is the block while it is handed out. */
 static struct {
 	pthread_mutex_t lock;
 	char *kept, *out;
@@ -185,15 +184,13 @@ void *dptp_big_alloc(size_t bytes)
 	pthread_mutex_lock(&big.lock);
 	if (big.kept && !big.out) {
 		p = big.kept;
-		if (big.kept_len < len) { /* grow it: its touched pages come along */
-			void *q = mremap(p, big.kept_len, len, MREMAP_MAYMOVE);
-			if (q == MAP_FAILED) {
-				p = NULL;
-			} else {
-				p = q;
-				(void)madvise(p, len, MADV_HUGEPAGE);
-				big.kept_len = len;
-			}
+		if (big.kept_len < len) {
+			/* too small: a fresh aligned block (huge pages need the
+			 * alignment that growing in place would lose) */
+			munmap(p, big.kept_len);
+			big.kept = p = big_map(len);
+			big.kept_len = p ? len : 0;
+			big.dirty = 0;
 		}
 		if (p) {
 			memset(p, 0, big.dirty < len ? big.dirty : len); /* zeroed, as promised */

@@ -31,6 +31,19 @@ void dptp_err_keep(int *rc, struct dptp_err *err, int nrc, const struct dptp_err
 #define DPTP_TRY(expr) do { int dptp_try_rc_ = (expr); if (dptp_try_rc_ < 0) return dptp_try_rc_; } while (0)
 #define DPTP_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The host loops over megabytes (dtype conversions, sums, the reference
+ * norm): compiled twice on x86-64, for AVX2 and the baseline, the CPU
+ * picks at load time. AVX2 without FMA: a * b + c stays two roundings,
+ * the same results on every CPU. */
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
+#define DPTP_HOT __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef DPTP_HOT
+#define DPTP_HOT
+#endif
+
 /* Monotonic seconds. */
 double dptp_now(void);
 
@@ -60,8 +73,8 @@ int dptp_entropy(void *buf, size_t len);
 /* Zeroed memory for large buffers, offered to the kernel for transparent
  * huge pages (where it takes them, a buffer costs one page fault per 2
  * MiB instead of 512). One freed block is kept and handed out again
- * (grown in place where needed), so that checks that run one after
- * another reuse pages already faulted in. NULL when out of memory. Free
+ * (replaced by a larger one where needed), so that checks that run one
+ * after another reuse pages already faulted in. NULL when out of memory. Free
  * with dptp_big_free(p, the same bytes). */
 void *dptp_big_alloc(size_t bytes);
 void dptp_big_free(void *p, size_t bytes);

@@ -29,7 +29,7 @@ float dptp_input_value(uint64_t seed, uint64_t stream, uint64_t index)
 	return value_of(input_key(seed, stream), index);
 }
 
-void dptp_input_fill_at(void *p, size_t first, size_t n, uint64_t seed, uint64_t stream,
+DPTP_HOT void dptp_input_fill_at(void *p, size_t first, size_t n, uint64_t seed, uint64_t stream,
 			enum dptp_dtype dt)
 {
 	uint64_t key = input_key(seed, stream);

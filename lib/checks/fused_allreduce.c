@@ -70,7 +70,7 @@ struct state {
  * block (the first wrong one is reported; the maxima cover every element):
  * residual_out bit for bit (as floats), norm_out within the dtype's
  * tolerance, never NaN. */
-static void compare(struct dptp_ctx *c, struct bufs *b, size_t first, size_t m, int hidden, int it,
+DPTP_HOT static void compare(struct dptp_ctx *c, struct bufs *b, size_t first, size_t m, int hidden, int it,
 		    struct dptp_check_result *res, double *max_abs, double *max_rel)
 {
 	enum dptp_dtype dt = c->p.dtype;

@@ -414,7 +414,7 @@ static size_t first_unwritten(const void *p, size_t i, size_t n, enum dptp_dtype
 }
 
 /* acc[i] += the value stored in slot element i. */
-static void add_slot(float *acc, const void *slot, size_t n, enum dptp_dtype dt)
+DPTP_HOT static void add_slot(float *acc, const void *slot, size_t n, enum dptp_dtype dt)
 {
 	const uint16_t *q = slot;
 	switch (dt) {
@@ -433,7 +433,7 @@ static void add_slot(float *acc, const void *slot, size_t n, enum dptp_dtype dt)
 	}
 }
 
-void dptp_residual_rmsnorm_ref(const float *sum, const void *residual_in, const void *gamma,
+DPTP_HOT void dptp_residual_rmsnorm_ref(const float *sum, const void *residual_in, const void *gamma,
 			       void *residual_out, void *norm_out, int tokens, int hidden,
 			       float eps, enum dptp_dtype dt)
 {
@@ -489,7 +489,7 @@ static void prefault(void *p, size_t bytes, int advice)
 		(void)madvise((void *)a, e - a, advice);
 }
 
-static void lamport_push(struct dptp_workspace *ws, unsigned b, int j, const void *x, size_t n)
+DPTP_HOT static void lamport_push(struct dptp_workspace *ws, unsigned b, int j, const void *x, size_t n)
 {
 	char *dst = (char *)ws->peer[b][j] + (size_t)ws->rank * ws->slot_bytes;
 	prefault(dst, n * dptp_dtype_bytes(ws->dt), MADV_POPULATE_WRITE);

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-void dptp_reduce_sum(void *out, const void *const *in, int n, size_t count, enum dptp_dtype dt)
+DPTP_HOT void dptp_reduce_sum(void *out, const void *const *in, int n, size_t count, enum dptp_dtype dt)
 {
 	/* out may be one of in: a block is summed completely before it is stored */
 	float acc[2048];
