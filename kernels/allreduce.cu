@@ -40,6 +40,7 @@ struct Params {
 	float eps, inv_hidden;
 	size_t slot_bytes, lamport[3], scatter, gather_res, gather_norm, flags;
 	unsigned long long timeout_ns;
+	int stages;			/* staged norm kernel: rows in shared memory per block */
 };
 
 /* ---- element types: 16-byte vectors <-> fp32 ---- */
@@ -342,6 +343,35 @@ template <typename F> __device__ __forceinline__ void last_block(Ctrl *ctrl, F f
 
 /* ---- residual + RMSNorm (TP 1, and the unfused baseline) ---- */
 
+/* PDL (DPTP_NORM_PDL in F): wait for the work before us on the stream to be
+ * complete and visible, then let the next kernel's blocks be scheduled. */
+template <int F> __device__ __forceinline__ void pdl_enter()
+{
+	if constexpr ((F & DPTP_NORM_PDL) != 0) {
+		asm volatile("griddepcontrol.wait;" ::: "memory");
+		asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+	}
+}
+
+/* residual_out of one row into ro, vector by vector from lx(k, idx) (x)
+ * and lr(k, idx) (residual_in); returns this thread's sum of squares. */
+template <typename T, int VPT, typename LX, typename LR>
+__device__ __forceinline__ float add_row(int hvec, uint4 (&ro)[VPT], LX lx, LR lr)
+{
+	constexpr int E = Ops<T>::E;
+	float ss = 0.f;
+#pragma unroll
+	for (int k = 0; k < VPT; k++) {
+		const int idx = threadIdx.x + k * blockDim.x;
+		if (idx < hvec) {
+			float f[E];
+			Ops<T>::unpack(lx(k, idx), f);
+			ro[k] = add_residual<T>(f, lr(k, idx), ss);
+		}
+	}
+	return ss;
+}
+
 /* x and residual_in of one row into registers (16-byte loads, all issued
  * before any is used). */
 template <int VPT, int HINT>
@@ -370,14 +400,10 @@ __device__ __forceinline__ void load_row(const Params &p, size_t row, uint4 (&x)
 template <typename T, int VPT, int F>
 __global__ void __launch_bounds__(THREADS_MAX) norm_kernel(Params p)
 {
-	constexpr int E = Ops<T>::E;
 	constexpr int HINT = (F & DPTP_NORM_HINTS) ? 1 : 0;
 	constexpr bool PREFETCH = (F & DPTP_NORM_PREFETCH) && VPT <= 4;
 	__shared__ float red[32];
-	if constexpr ((F & DPTP_NORM_PDL) != 0) {
-		asm volatile("griddepcontrol.wait;" ::: "memory");
-		asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-	}
+	pdl_enter<F>();
 	size_t row = blockIdx.x;
 	if (row >= p.tokens)
 		return;
@@ -389,24 +415,102 @@ __global__ void __launch_bounds__(THREADS_MAX) norm_kernel(Params p)
 	for (;;) {
 		const size_t base = row * (size_t)p.hvec, next = row + gridDim.x;
 		uint4 ro[VPT];
-		float ss = 0.f;
-#pragma unroll
-		for (int k = 0; k < VPT; k++) {
-			const int idx = threadIdx.x + k * blockDim.x;
-			if (idx < p.hvec) {
-				float f[E];
-				/* without prefetch, vector by vector: all up front spills at 8 */
-				Ops<T>::unpack(PREFETCH ? xa[k] : ld_once<HINT>(p.x + base + idx), f);
-				ro[k] = add_residual<T>(
-					f, PREFETCH ? ra[k] : ld_once<HINT>(p.res_in + base + idx), ss);
-			}
-		}
+		/* without prefetch, vector by vector: all up front spills at 8 */
+		const float ss = add_row<T, VPT>(
+			p.hvec, ro,
+			[&](int k, int idx) { return PREFETCH ? xa[k] : ld_once<HINT>(p.x + base + idx); },
+			[&](int k, int idx) {
+				return PREFETCH ? ra[k] : ld_once<HINT>(p.res_in + base + idx);
+			});
 		if (PREFETCH && next < p.tokens)
 			load_row<VPT, HINT>(p, next, xa, ra);
 		finish_row<T, VPT, 0, PREFETCH, HINT>(p, row, ro, ss, red, gm);
 		if (next >= p.tokens)
 			break;
 		row = next;
+	}
+}
+
+/* 16 bytes global -> shared without registers (cp.async, L2 only; HINT 1:
+ * 256-byte L2 fetches). */
+template <int HINT> __device__ __forceinline__ void cp_async16(uint4 *smem, const uint4 *gmem)
+{
+	const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+	if (HINT)
+		asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(s), "l"(gmem)
+			     : "memory");
+	else
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+/* Waits until at most n (0..7) of this thread's cp.async groups are pending;
+ * the wait takes an immediate, n is the same in every thread. */
+__device__ __forceinline__ void cp_async_wait_pending(int n)
+{
+	switch (n) {
+	case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+	case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+	case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+	case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+	case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+	case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+	case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+	default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+	}
+}
+
+/* x and residual_in of one row into stage b of shared memory (each thread
+ * its own vectors, so only it reads them back: no block barrier), as one
+ * cp.async group; an empty group past the last row keeps the count. */
+template <int VPT, int HINT>
+__device__ __forceinline__ void stage_row(const Params &p, size_t row, uint4 *st, int b)
+{
+	if (row < p.tokens) {
+		uint4 *sx = st + (size_t)b * 2 * p.hvec, *sr = sx + p.hvec;
+		const size_t base = row * (size_t)p.hvec;
+#pragma unroll
+		for (int k = 0; k < VPT; k++) {
+			const int idx = threadIdx.x + k * blockDim.x;
+			if (idx < p.hvec) {
+				cp_async16<HINT>(sx + idx, p.x + base + idx);
+				cp_async16<HINT>(sr + idx, p.res_in + base + idx);
+			}
+		}
+	}
+	asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* DPTP_NORM_STAGED: what fits on the GPU, each block keeping p.stages rows
+ * (2..8) of x and residual_in in flight into shared memory by cp.async, so
+ * that loads never wait for a block's reduction or for a new block to
+ * start, and registers hold one row. Rows blockIdx.x, +gridDim.x, ...;
+ * the same row math as norm_kernel (bit-identical). F: DPTP_NORM_HINTS
+ * (256-byte L2 fetches, streaming stores), DPTP_NORM_PDL. */
+template <typename T, int VPT, int F>
+__global__ void __launch_bounds__(THREADS_MAX) norm_staged_kernel(Params p)
+{
+	constexpr int HINT = (F & DPTP_NORM_HINTS) ? 1 : 0;
+	constexpr bool GREG = VPT <= 4;
+	extern __shared__ uint4 st[];
+	__shared__ float red[32];
+	pdl_enter<F>();
+	const int S = p.stages;
+	size_t row = blockIdx.x;
+	for (int b = 0; b < S; b++)
+		stage_row<VPT, HINT>(p, row + (size_t)b * gridDim.x, st, b);
+	Gamma<VPT, GREG> gm;
+	gm.load(p.gamma, p.hvec);
+	for (int b = 0; row < p.tokens; row += gridDim.x) {
+		cp_async_wait_pending(S - 1);
+		const uint4 *sx = st + (size_t)b * 2 * p.hvec, *sr = sx + p.hvec;
+		uint4 ro[VPT];
+		const float ss = add_row<T, VPT>(
+			p.hvec, ro, [&](int, int idx) { return sx[idx]; },
+			[&](int, int idx) { return sr[idx]; });
+		finish_row<T, VPT, 0, GREG, HINT>(p, row, ro, ss, red, gm);
+		/* stage b is in registers (the block sum used it): refill it */
+		stage_row<VPT, HINT>(p, row + (size_t)S * gridDim.x, st, b);
+		b = b + 1 == S ? 0 : b + 1;
 	}
 }
 
@@ -687,13 +791,21 @@ template <typename T> const void *by_ranks(enum dptp_ar_algo a, int n, int vpt)
 	}
 }
 
-template <typename T, int F> const void *norm_by_vpt(int vpt)
+/* The TP 1 kernels by vectors per thread (K: RowK or StagedK). */
+template <typename T, int V, int F> struct RowK {
+	static const void *fn() { return (const void *)norm_kernel<T, V, F>; }
+};
+template <typename T, int V, int F> struct StagedK {
+	static const void *fn() { return (const void *)norm_staged_kernel<T, V, F>; }
+};
+
+template <template <typename, int, int> class K, typename T, int F> const void *norm_by_vpt(int vpt)
 {
 	switch (vpt) {
-	case 1: return (const void *)norm_kernel<T, 1, F>;
-	case 2: return (const void *)norm_kernel<T, 2, F>;
-	case 4: return (const void *)norm_kernel<T, 4, F>;
-	case 8: return (const void *)norm_kernel<T, 8, F>;
+	case 1: return K<T, 1, F>::fn();
+	case 2: return K<T, 2, F>::fn();
+	case 4: return K<T, 4, F>::fn();
+	case 8: return K<T, 8, F>::fn();
 	default: return NULL;
 	}
 }
@@ -701,23 +813,40 @@ template <typename T, int F> const void *norm_by_vpt(int vpt)
 template <typename T> const void *norm_by_flags(int vpt, int f)
 {
 	switch (f & (DPTP_NORM_HINTS | DPTP_NORM_PREFETCH | DPTP_NORM_PDL)) {
-	case 0: return norm_by_vpt<T, 0>(vpt);
-	case 1: return norm_by_vpt<T, 1>(vpt);
-	case 2: return norm_by_vpt<T, 2>(vpt);
-	case 3: return norm_by_vpt<T, 3>(vpt);
-	case 4: return norm_by_vpt<T, 4>(vpt);
-	case 5: return norm_by_vpt<T, 5>(vpt);
-	case 6: return norm_by_vpt<T, 6>(vpt);
-	default: return norm_by_vpt<T, 7>(vpt);
+	case 0: return norm_by_vpt<RowK, T, 0>(vpt);
+	case 1: return norm_by_vpt<RowK, T, 1>(vpt);
+	case 2: return norm_by_vpt<RowK, T, 2>(vpt);
+	case 3: return norm_by_vpt<RowK, T, 3>(vpt);
+	case 4: return norm_by_vpt<RowK, T, 4>(vpt);
+	case 5: return norm_by_vpt<RowK, T, 5>(vpt);
+	case 6: return norm_by_vpt<RowK, T, 6>(vpt);
+	default: return norm_by_vpt<RowK, T, 7>(vpt);
 	}
 }
 
+/* The staged kernel has no prefetch (its rows are in flight already). */
+template <typename T> const void *staged_by_flags(int vpt, int f)
+{
+	switch (f & (DPTP_NORM_HINTS | DPTP_NORM_PDL)) {
+	case 0: return norm_by_vpt<StagedK, T, 0>(vpt);
+	case DPTP_NORM_HINTS: return norm_by_vpt<StagedK, T, DPTP_NORM_HINTS>(vpt);
+	case DPTP_NORM_PDL: return norm_by_vpt<StagedK, T, DPTP_NORM_PDL>(vpt);
+	default: return norm_by_vpt<StagedK, T, DPTP_NORM_HINTS | DPTP_NORM_PDL>(vpt);
+	}
+}
+
+/* The row kernel, or the staged one (DPTP_NORM_STAGED). */
 const void *norm_for(enum dptp_dtype dt, int vpt, int flags)
 {
+	const bool staged = (flags & DPTP_NORM_STAGED) != 0;
 	switch (dt) {
-	case DPTP_DTYPE_FP32: return norm_by_flags<float>(vpt, flags);
-	case DPTP_DTYPE_FP16: return norm_by_flags<__half>(vpt, flags);
-	case DPTP_DTYPE_BF16: return norm_by_flags<__nv_bfloat16>(vpt, flags);
+	case DPTP_DTYPE_FP32:
+		return staged ? staged_by_flags<float>(vpt, flags) : norm_by_flags<float>(vpt, flags);
+	case DPTP_DTYPE_FP16:
+		return staged ? staged_by_flags<__half>(vpt, flags) : norm_by_flags<__half>(vpt, flags);
+	case DPTP_DTYPE_BF16:
+		return staged ? staged_by_flags<__nv_bfloat16>(vpt, flags)
+			      : norm_by_flags<__nv_bfloat16>(vpt, flags);
 	}
 	return NULL;
 }
@@ -733,42 +862,107 @@ const void *kernel_for(enum dptp_ar_algo a, enum dptp_dtype dt, int n, int vpt)
 	return NULL;
 }
 
-int resident_of(const void *fn, int threads, int *blocks, struct dptp_err *err)
+int resident_of(const void *fn, int threads, size_t smem, int *blocks, struct dptp_err *err)
 {
 	int dev = 0, sms = 0, per_sm = 0;
 	DPTP_CU_TRY(cudaGetDevice(&dev), err, "cudaGetDevice");
 	DPTP_CU_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err,
 		    "cudaDeviceGetAttribute");
-	DPTP_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0), err,
+	DPTP_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem), err,
 		    "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
 	*blocks = per_sm * sms;
 	return 0;
 }
 
-/* resident_of, remembered per kernel, block size and device (the TP 1
- * kernel asks on every call). */
-int resident_cached(const void *fn, int threads, int *blocks, struct dptp_err *err)
+/* resident_of, remembered per kernel, block size, dynamic shared memory and
+ * device (the TP 1 kernel asks on every call). A kernel given dynamic
+ * shared memory is first allowed all that the device lets a block have,
+ * once, so that any later size fits too. */
+int resident_cached(const void *fn, int threads, size_t smem, int *blocks, struct dptp_err *err)
 {
 	static thread_local struct {
 		const void *fn;
+		size_t smem;
 		int threads, dev, blocks;
 	} cache[8];
 	static thread_local unsigned next;
 	int dev = 0;
 	DPTP_CU_TRY(cudaGetDevice(&dev), err, "cudaGetDevice");
 	for (auto &c : cache)
-		if (c.fn == fn && c.threads == threads && c.dev == dev) {
+		if (c.fn == fn && c.threads == threads && c.smem == smem && c.dev == dev) {
 			*blocks = c.blocks;
 			return 0;
 		}
-	int rc = resident_of(fn, threads, blocks, err);
+	if (smem) {
+		int optin = 0;
+		cudaFuncAttributes fa;
+		DPTP_CU_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+			    err, "cudaDeviceGetAttribute");
+		DPTP_CU_TRY(cudaFuncGetAttributes(&fa, fn), err, "cudaFuncGetAttributes");
+		DPTP_CU_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 optin - (int)fa.sharedSizeBytes),
+			    err, "cudaFuncSetAttribute");
+	}
+	int rc = resident_of(fn, threads, smem, blocks, err);
 	if (rc)
 		return rc;
 	auto &c = cache[next++ % 8];
 	c.fn = fn;
 	c.threads = threads;
+	c.smem = smem;
 	c.dev = dev;
 	c.blocks = *blocks;
+	return 0;
+}
+
+/* Shared memory a block may have when n blocks share a SM (0 when n is 0). */
+int smem_for_blocks(int n, long *bytes, struct dptp_err *err)
+{
+	static thread_local int cdev = -1, per_sm, optin, reserved;
+	int dev = 0;
+	*bytes = 0;
+	if (n <= 0)
+		return 0;
+	DPTP_CU_TRY(cudaGetDevice(&dev), err, "cudaGetDevice");
+	if (dev != cdev) {
+		DPTP_CU_TRY(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+						   dev), err, "cudaDeviceGetAttribute");
+		DPTP_CU_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+			    err, "cudaDeviceGetAttribute");
+		DPTP_CU_TRY(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock,
+						   dev), err, "cudaDeviceGetAttribute");
+		cdev = dev;
+	}
+	long avail = per_sm / n - reserved;
+	if (avail > optin)
+		avail = optin;
+	avail -= 256; /* the block's static shared memory */
+	*bytes = avail > 0 ? avail : 0;
+	return 0;
+}
+
+/* Shared memory of one launch of the TP 1 kernel. Staged: *stages rows
+ * (2..8) per block, sized for DPTP_NORM_BPS_OF(flags) blocks a SM (1 when
+ * 0), or *stages 0 when two rows do not fit (then the row kernel runs).
+ * The row kernel with DPTP_NORM_BPS(n): unused shared memory that keeps
+ * it to n blocks a SM (fewer rows in flight at once). */
+int norm_smem(size_t hvec, int flags, int *stages, size_t *smem, struct dptp_err *err)
+{
+	const int bps = DPTP_NORM_BPS_OF(flags);
+	long avail = 0;
+	*stages = 0;
+	*smem = 0;
+	int rc = smem_for_blocks((flags & DPTP_NORM_STAGED) && !bps ? 1 : bps, &avail, err);
+	if (rc)
+		return rc;
+	if (!(flags & DPTP_NORM_STAGED)) {
+		*smem = (size_t)avail;
+		return 0;
+	}
+	const long row = (long)hvec * 2 * 16;
+	const long n = avail / row;
+	*stages = n < 2 ? 0 : n > 8 ? 8 : (int)n;
+	*smem = (size_t)*stages * (size_t)row;
 	return 0;
 }
 
@@ -930,7 +1124,9 @@ int dptp_cuda_ar_reset(struct dptp_cuda_ar *ar, struct dptp_err *err)
 }
 
 /* The TP 1 kernel: shape from vpt_min; grid one block per row, or what fits
- * (DPTP_NORM_PERSISTENT), capped by max_blocks. */
+ * (DPTP_NORM_PERSISTENT, DPTP_NORM_STAGED), capped by max_blocks. The
+ * staged kernel falls back to the row kernel (same other flags) when two
+ * rows do not fit in a block's shared memory. */
 static int norm_launch(const struct dptp_ar_args *a, enum dptp_dtype dt, int vpt_min, int flags,
 		       cudaStream_t s, int *grid_out, struct dptp_err *err)
 {
@@ -943,32 +1139,45 @@ static int norm_launch(const struct dptp_ar_args *a, enum dptp_dtype dt, int vpt
 	struct dptp_ar_shape sh;
 	if (dptp_ar_norm_shape_get(a->hidden, dt, vpt_min, &sh))
 		return dptp_kerr(err, -EINVAL, "residual + RMSNorm: %d vectors per thread", vpt_min);
+	int stages = 0;
+	size_t smem = 0;
+	rc = norm_smem(sh.hvec, flags, &stages, &smem, err);
+	if (rc)
+		return rc;
+	if ((flags & DPTP_NORM_STAGED) && !stages) {
+		flags &= ~(DPTP_NORM_STAGED | DPTP_NORM_BPS(15));
+		smem = 0;
+	}
 	const void *fn = norm_for(dt, sh.vpt, flags);
 	if (!fn)
 		return dptp_kerr(err, -EINVAL, "residual + RMSNorm: no kernel for this shape");
 	int resident = 0;
-	if (flags & DPTP_NORM_PERSISTENT) {
-		rc = resident_cached(fn, sh.threads, &resident, err);
+	if ((flags & (DPTP_NORM_PERSISTENT | DPTP_NORM_STAGED)) || smem) {
+		rc = resident_cached(fn, sh.threads, smem, &resident, err);
 		if (rc)
 			return rc;
+		if (resident < 1)
+			return dptp_kerr(err, -EINVAL, "residual + RMSNorm: no block fits (%zu bytes of shared memory)", smem);
 	}
+	if (!(flags & (DPTP_NORM_PERSISTENT | DPTP_NORM_STAGED)))
+		resident = 0; /* one block per row */
 	const int grid = dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, a->tokens, a->max_blocks, resident);
 	Params k;
 	memset(&k, 0, sizeof(k));
 	fill_common(k, a, dt, sh);
+	k.stages = stages;
 	if (grid_out)
 		*grid_out = grid;
-	if (!(flags & DPTP_NORM_PDL))
-		return launch(fn, grid, sh.threads, k, s, err);
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute attr[1] = {};
 	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 	attr[0].val.programmaticStreamSerializationAllowed = 1;
 	cfg.gridDim = dim3(grid);
 	cfg.blockDim = dim3(sh.threads);
+	cfg.dynamicSmemBytes = smem;
 	cfg.stream = s;
 	cfg.attrs = attr;
-	cfg.numAttrs = 1;
+	cfg.numAttrs = (flags & DPTP_NORM_PDL) ? 1 : 0;
 	void *args[] = {&k};
 	DPTP_CU_TRY(cudaLaunchKernelExC(&cfg, fn, args), err, "cudaLaunchKernelExC");
 	return 0;
@@ -981,7 +1190,8 @@ int dptp_cuda_ar_resident_blocks(enum dptp_dtype dt, size_t hidden, int nranks, 
 	if (nranks == 1) {
 		if (dptp_ar_norm_shape_get(hidden, dt, NORM_VPT_MIN, &sh))
 			return dptp_kerr(err, -EINVAL, "hidden %zu not supported", hidden);
-		return resident_cached(norm_for(dt, sh.vpt, NORM_FLAGS), sh.threads, blocks, err);
+		return resident_cached(norm_for(dt, sh.vpt, NORM_FLAGS & ~DPTP_NORM_STAGED), sh.threads, 0,
+				       blocks, err);
 	}
 	if (dptp_ar_shape_get(hidden, dt, &sh))
 		return dptp_kerr(err, -EINVAL, "hidden %zu not supported", hidden);
@@ -992,7 +1202,7 @@ int dptp_cuda_ar_resident_blocks(enum dptp_dtype dt, size_t hidden, int nranks, 
 		if (!fn)
 			return dptp_kerr(err, -EINVAL, "no kernel for ranks %d", nranks);
 		int b = 0;
-		int rc = resident_of(fn, sh.threads, &b, err);
+		int rc = resident_of(fn, sh.threads, 0, &b, err);
 		if (rc)
 			return rc;
 		if (i == 0 || b < best)

@@ -44,11 +44,21 @@ int dptp_ar_norm_shape_get(size_t hidden, enum dptp_dtype dt, int vpt_min, struc
 #define DPTP_NORM_PREFETCH 2	/* next row's loads before this row's reduction */
 #define DPTP_NORM_PDL 4		/* programmatic dependent launch */
 #define DPTP_NORM_PERSISTENT 8	/* grid: what fits on the GPU, not one block per row */
+#define DPTP_NORM_STAGED 16	/* grid: what fits; rows kept in flight into shared memory
+				 * (cp.async); the row kernel when two rows do not fit */
+#define DPTP_NORM_BPS(n) ((n) << 8)	/* at most n blocks a SM (1..15): staged, shared memory
+					 * sized for n; row kernel, unused shared memory */
+#define DPTP_NORM_BPS_OF(f) (((f) >> 8) & 15)
 
 /* What dptp_cuda_residual_rmsnorm runs, from the self-test's bench
- * (kernels/NOTES.md). */
+ * (kernels/NOTES.md): one block per row, 512 x 2 vectors, PDL. A build
+ * may set both (-D) to run the self-test's correctness sweep on a variant. */
+#ifndef DPTP_NORM_VPT_MIN
 #define DPTP_NORM_VPT_MIN 2
-#define DPTP_NORM_FLAGS 0
+#endif
+#ifndef DPTP_NORM_FLAGS
+#define DPTP_NORM_FLAGS DPTP_NORM_PDL
+#endif
 
 /* Bench: the TP 1 residual + RMSNorm kernel with vpt_min vectors per thread
  * (see dptp_ar_norm_shape_get) and DPTP_NORM_* flags; otherwise as

@@ -760,12 +760,16 @@ static const struct norm_variant norm_variants[] = {
 	{2, DPTP_NORM_HINTS},
 	{2, DPTP_NORM_PDL},
 	{2, DPTP_NORM_HINTS | DPTP_NORM_PDL},
-	{2, DPTP_NORM_PREFETCH | DPTP_NORM_PERSISTENT},
+	{2, DPTP_NORM_PDL | DPTP_NORM_BPS(3)},
+	{2, DPTP_NORM_PDL | DPTP_NORM_BPS(2)},
 	{4, 0},
-	{4, DPTP_NORM_HINTS},
 	{4, DPTP_NORM_PDL},
-	{4, DPTP_NORM_HINTS | DPTP_NORM_PDL},
-	{8, DPTP_NORM_PERSISTENT},
+	{4, DPTP_NORM_PDL | DPTP_NORM_BPS(4)},
+	{4, DPTP_NORM_PDL | DPTP_NORM_BPS(5)},
+	{8, DPTP_NORM_PDL},
+	{2, DPTP_NORM_PREFETCH | DPTP_NORM_PERSISTENT},
+	{2, DPTP_NORM_STAGED | DPTP_NORM_BPS(1) | DPTP_NORM_PDL},
+	{2, DPTP_NORM_STAGED | DPTP_NORM_BPS(2) | DPTP_NORM_PDL},
 };
 
 struct norm_set {
@@ -859,7 +863,7 @@ static void bench_norm(FILE *js, double copy_gbs)
 	fprintf(stderr, "\nresidual + RMSNorm bf16 vs copy %.1f GB/s (single: median of %d launches, "
 			"each timed alone; b2b: %d launches back to back, median of %d)\n",
 		copy_gbs, ITERS, B2B_CALLS, B2B_REPS);
-	fprintf(stderr, "%-14s %-30s %3s %7s %7s %10s %10s %9s %7s %8s\n", "shape", "variant", "vpt", "threads",
+	fprintf(stderr, "%-14s %-34s %3s %7s %7s %10s %10s %9s %7s %8s\n", "shape", "variant", "vpt", "threads",
 		"grid", "single us", "b2b us", "b2b GB/s", "% copy", "ulp");
 	int firstrow = 1;
 	for (size_t si = 0; si < 2; si++) {
@@ -886,7 +890,7 @@ static void bench_norm(FILE *js, double copy_gbs)
 			CHECK(dptp_cuda_memcpy(sets[k].res, hr, bytes, NULL, &errbuf));
 		}
 		const double cus = copy_b2b_us(2 * bytes, stream, e0, e1);
-		fprintf(stderr, "%5zux%-8zu %-30s %3s %7s %7s %10s %10.1f %9.0f\n", t, h,
+		fprintf(stderr, "%5zux%-8zu %-34s %3s %7s %7s %10s %10.1f %9.0f\n", t, h,
 			"cudaMemcpy of the same bytes", "", "", "", "", cus,
 			4.0 * (double)bytes / (cus * 1e-6) / 1e9);
 		fprintf(js, "%s\n   {\"tokens\": %zu, \"hidden\": %zu, \"variant\": \"copy\", "
@@ -941,21 +945,30 @@ static void bench_norm(FILE *js, double copy_gbs)
 			const double us1 = median(single, ITERS) * 1e3, us2 = median(b2b, B2B_REPS) * 1e3;
 			const double gbs = 4.0 * (double)bytes / (us2 * 1e-6) / 1e9;
 			const double gbs1 = 4.0 * (double)bytes / (us1 * 1e-6) / 1e9;
-			char name[64];
-			snprintf(name, sizeof(name), "%s%s%s%s%s", vi == 0 ? "default: " : "",
-				 v->flags & DPTP_NORM_PERSISTENT ? "persistent" : "row/block",
+			char name[64], kind[24];
+			if (v->flags & DPTP_NORM_STAGED)
+				snprintf(kind, sizeof(kind), "staged %d/SM",
+					 DPTP_NORM_BPS_OF(v->flags) ? DPTP_NORM_BPS_OF(v->flags) : 1);
+			else if (DPTP_NORM_BPS_OF(v->flags))
+				snprintf(kind, sizeof(kind), "%s %d/SM",
+					 v->flags & DPTP_NORM_PERSISTENT ? "persistent" : "row/block",
+					 DPTP_NORM_BPS_OF(v->flags));
+			else
+				snprintf(kind, sizeof(kind), "%s",
+					 v->flags & DPTP_NORM_PERSISTENT ? "persistent" : "row/block");
+			snprintf(name, sizeof(name), "%s%s%s%s%s", vi == 0 ? "default: " : "", kind,
 				 v->flags & DPTP_NORM_PREFETCH ? "+prefetch" : "",
 				 v->flags & DPTP_NORM_HINTS ? "+hints" : "",
 				 v->flags & DPTP_NORM_PDL ? "+PDL" : "");
-			fprintf(stderr, "%5zux%-8zu %-30s %3d %7d %7d %10.1f %10.1f %9.0f %6.1f%% %8.2f\n", t,
+			fprintf(stderr, "%5zux%-8zu %-34s %3d %7d %7d %10.1f %10.1f %9.0f %6.1f%% %8.2f\n", t,
 				h, name, sh.vpt, sh.threads, grid, us1, us2, gbs, 100.0 * gbs / copy_gbs, ulps);
 			fprintf(js, "%s\n   {\"tokens\": %zu, \"hidden\": %zu, \"default\": %s, "
-				    "\"vpt\": %d, \"threads\": %d, \"grid\": %d, \"variant\": \"%s\", "
+				    "\"vpt\": %d, \"threads\": %d, \"grid\": %d, \"flags\": %d, \"variant\": \"%s\", "
 				    "\"single_us\": %.2f, \"b2b_us\": %.2f, "
 				    "\"single_gbps\": %.1f, \"b2b_gbps\": %.1f, \"b2b_fraction_of_copy\": %.3f, "
 				    "\"norm_max_ulp\": %.3f}",
 				firstrow ? "" : ",", t, h, vi == 0 ? "true" : "false", sh.vpt, sh.threads,
-				grid, name, us1, us2, gbs1, gbs,
+				grid, v->flags, name, us1, us2, gbs1, gbs,
 				gbs / copy_gbs, ulps);
 			firstrow = 0;
 		}
