@@ -3,7 +3,8 @@
  * (served by this process, torchrun's agent-store layout), build the
  * context, run every check through the driver and gather the verdicts to
  * rank 0, which hands them back through a pipe. Replica 0 = ranks 0,1;
- * replica 1 = ranks 2,3. */
+ * replica 1 = ranks 2,3. And a rank that never enters a collective of the
+ * host data plane: the others' round ends at the deadline naming it. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -80,8 +81,8 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* One rank of the job: writes (rank 0) 2 x nchecks status bytes to fd. */
-static int rank_main(int rank, const char *run_id, dptp_fault_set faults, int fd)
+/* The torchrun environment of one rank of the job on the test's store. */
+static void rank_env(int rank, const char *run_id)
 {
 	char v[32];
 	snprintf(v, sizeof(v), "%d", rank);
@@ -96,6 +97,12 @@ static int rank_main(int rank, const char *run_id, dptp_fault_set faults, int fd
 	setenv("TORCHELASTIC_RUN_ID", run_id, 1);
 	unsetenv("PMIX_NAMESPACE");
 	unsetenv("DPTP_HOSTNAME");
+}
+
+/* One rank of the job: writes (rank 0) 2 x nchecks status bytes to fd. */
+static int rank_main(int rank, const char *run_id, dptp_fault_set faults, int fd)
+{
+	rank_env(rank, run_id);
 	struct dptp_err err = {0};
 	struct dptp_bootstrap *b = NULL;
 	if (dptp_bootstrap_create(&b, 30, &err) < 0) {
@@ -214,11 +221,75 @@ static void test_outcome_table(void **state)
 	print_message("%zu jobs of 4 ranks in %.2f s\n", sizeof(table) / sizeof(table[0]), dptp_now() - t0);
 }
 
+/* A rank that never enters a host-plane collective: the others' round
+ * ends at the deadline, -ETIMEDOUT naming the missing rank, and later
+ * collectives are not attempted. Rank r exits with 0 when it saw that. */
+static int stall_main(int rank, const char *run_id)
+{
+	rank_env(rank, run_id);
+	struct dptp_err err = {0};
+	struct dptp_bootstrap *b = NULL;
+	if (dptp_bootstrap_create(&b, 30, &err) < 0)
+		return 3;
+	struct dptp_params p = { .dp = 2, .tp = 2, .pp = 1, .tokens = 8, .hidden = 64,
+				 .dtype = DPTP_DTYPE_BF16, .seed = 1, .eps = 1e-6, .timeout = 10 };
+	struct dptp_ctx c;
+	if (dptp_ctx_init(&c, b, &p, &err) < 0)
+		return 3;
+	int rc = 0;
+	if (rank != 3) {
+		float v[4] = { 1, 2, 3, 4 };
+		void *d = c.comm->ops->alloc(c.comm, sizeof(v));
+		c.comm->ops->upload(c.comm, d, v, sizeof(v));
+		c.x.deadline = dptp_now() + 1.0;
+		double t0 = dptp_now();
+		int r1 = c.comm->ops->allreduce(c.comm, &c.world, d, 4, DPTP_DTYPE_FP32, &err);
+		double took = dptp_now() - t0;
+		if (r1 != -ETIMEDOUT || !strstr(err.msg, "never arrived: rank 3)") || took > 5) {
+			fprintf(stderr, "rank %d: allreduce %d after %.2f s: %s\n", rank, r1, took, err.msg);
+			rc = 1;
+		}
+		struct dptp_err e2 = {0};
+		if (c.comm->ops->allreduce(c.comm, &c.world, d, 4, DPTP_DTYPE_FP32, &e2) != -ETIMEDOUT ||
+		    !strstr(e2.msg, "not attempted")) {
+			fprintf(stderr, "rank %d: second allreduce: %s\n", rank, e2.msg);
+			rc = 1;
+		}
+		c.comm->ops->free(c.comm, d);
+	}
+	dptp_ctx_release(&c);
+	dptp_bootstrap_destroy(b);
+	return rc;
+}
+
+static void test_stalled_rank(void **state)
+{
+	char run_id[64];
+	snprintf(run_id, sizeof(run_id), "stall-%ld", (long)getpid());
+	pid_t pids[WORLD];
+	for (int r = 0; r < WORLD; r++) {
+		pids[r] = fork();
+		assert_true(pids[r] >= 0);
+		if (pids[r] == 0) {
+			alarm(60);
+			_exit(stall_main(r, run_id));
+		}
+	}
+	for (int r = 0; r < WORLD; r++) {
+		int ws = 0;
+		assert_int_equal(waitpid(pids[r], &ws, 0), pids[r]);
+		if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+			fail_msg("rank %d: %s %d", r, WIFEXITED(ws) ? "exit" : "signal",
+				 WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+	}
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_outcome_table),
+		cmocka_unit_test(test_stalled_rank),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
