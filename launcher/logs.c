@@ -129,17 +129,14 @@ fail:
 	}
 }
 
-/* Counts regular files below a tree (stops at the first). */
-static int files_seen;
-static int count_file(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+/* Removes a directory once the walk has left it, when it is empty: what
+ * holds a file (a log, an error file) stays with its parents. */
+static int rm_empty_dir(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
-	(void)path;
 	(void)sb;
 	(void)ftw;
-	if (flag == FTW_F) {
-		files_seen++;
-		return 1;
-	}
+	if (flag == FTW_DP)
+		rmdir(path);
 	return 0;
 }
 
@@ -147,12 +144,8 @@ void log_dirs_release(struct log_dirs *d)
 {
 	if (!d)
 		return;
-	if (d->base_created) {
-		files_seen = 0;
-		nftw(d->base_created, count_file, 16, FTW_PHYS);
-		if (!files_seen)
-			rm_tree(d->base_created);
-	}
+	if (d->base_created) /* one walk: the empty directories go */
+		nftw(d->base_created, rm_empty_dir, 16, FTW_DEPTH | FTW_PHYS);
 	free(d->base_created);
 	free(d->run_dir);
 	memset(d, 0, sizeof(*d));

@@ -19,7 +19,8 @@ struct log_dirs {
 int log_dirs_init(struct log_dirs *d, const char *log_dir, const char *run_id, struct dptp_err *err);
 /* Creates attempt_<n>/<0..nlocal-1>/; returns attempt dir (malloc'd) in *out. */
 int log_dirs_attempt(struct log_dirs *d, unsigned attempt, unsigned nlocal, char **out, struct dptp_err *err);
-/* Removes the default tmp base when the run wrote no file into it. */
+/* Removes the default tmp base, but for the directories that hold a file
+ * the run wrote (a log, an error file). */
 void log_dirs_release(struct log_dirs *d);
 /* Removes a folder and everything in it, ignoring errors (shutil.rmtree). */
 void rm_tree(const char *dir);
