@@ -8,8 +8,10 @@
 #if DPTP_HAVE_NCCL
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,54 @@
 
 #include "plane/comm.h"
 #include "plane/comm_nccl.h"
+
+/* libnccl is opened when a rank first needs it, not at start-up: loading
+ * and relocating its 200 MB cost every dptp-check process 3-4 ms of CPU,
+ * host backend or not. Each entry point has the header's own type. */
+#define NCCL_FNS(X) X(GetUniqueId) X(CommInitRankConfig) X(CommSplit) X(CommGetAsyncError) \
+	X(CommAbort) X(CommDestroy) X(AllReduce) X(Broadcast) X(AllGather) X(GetErrorString) X(GetLastError)
+static struct {
+#define X(f) __typeof__(nccl##f) *f;
+	NCCL_FNS(X)
+#undef X
+} N;
+static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
+static char nccl_why[512];
+
+static void nccl_open(void)
+{
+	void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+	if (!h) /* where this build found it */
+		h = dlopen(DPTP_NCCL_LIB, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(nccl_why, sizeof(nccl_why), "cannot load libnccl.so.2: %s", dlerror());
+		return;
+	}
+#define X(f) \
+	if (!(N.f = (__typeof__(nccl##f) *)dlsym(h, "nccl" #f)) && !*nccl_why) \
+		snprintf(nccl_why, sizeof(nccl_why), "libnccl.so.2 has no nccl%s", #f);
+	NCCL_FNS(X)
+#undef X
+}
+
+/* 0 when NCCL is usable in this process, or -ENOSYS with err set. */
+static int nccl_load(struct dptp_err *err)
+{
+	pthread_once(&nccl_once, nccl_open);
+	return *nccl_why ? dptp_err_set(err, -ENOSYS, "%s", nccl_why) : 0;
+}
+
+#define ncclGetUniqueId N.GetUniqueId
+#define ncclCommInitRankConfig N.CommInitRankConfig
+#define ncclCommSplit N.CommSplit
+#define ncclCommGetAsyncError N.CommGetAsyncError
+#define ncclCommAbort N.CommAbort
+#define ncclCommDestroy N.CommDestroy
+#define ncclAllReduce N.AllReduce
+#define ncclBroadcast N.Broadcast
+#define ncclAllGather N.AllGather
+#define ncclGetErrorString N.GetErrorString
+#define ncclGetLastError N.GetLastError
 
 enum { G_WORLD, G_TP, G_PP, G_DP, G_EP, G_N };
 
@@ -241,11 +291,11 @@ int dptp_comm_nccl_create(struct dptp_comm **out, struct dptp_exchange *x, int d
 	c->impl = im;
 	im->device = device;
 	im->rank = x->b->rank;
-	int rc = 0;
-	cudaError_t ce = cudaSetDevice(device);
+	int rc = nccl_load(err);
+	cudaError_t ce = rc < 0 ? cudaSuccess : cudaSetDevice(device);
 	if (ce == cudaSuccess)
 		ce = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking);
-	if (ce != cudaSuccess)
+	if (rc == 0 && ce != cudaSuccess)
 		rc = dptp_err_set(err, -EIO, "device %d: %s", device, cudaGetErrorString(ce));
 
 	/* the world communicator: rank 0's unique id over the bootstrap */
@@ -331,8 +381,8 @@ int dptp_nccl_probe(int nranks, int rank, struct dptp_exchange *x, const struct 
 	 * them: two ranks on one GPU give "Duplicate GPU detected" */
 	ncclUniqueId id;
 	memset(&id, 0, sizeof(id));
-	int rc = 0;
-	if (g->index == 0 && ncclGetUniqueId(&id) != ncclSuccess)
+	int rc = nccl_load(err); /* the broadcast below runs anyway (lockstep) */
+	if (rc == 0 && g->index == 0 && ncclGetUniqueId(&id) != ncclSuccess)
 		rc = dptp_err_set(err, -EIO, "ncclGetUniqueId failed");
 	struct dptp_err e2 = {0};
 	int brc = dptp_xchg_bcast(x, g, g->ranks[0], &id, sizeof(id), &e2);
