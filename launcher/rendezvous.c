@@ -444,6 +444,61 @@ int rdzv_assign_ranks(struct rendezvous *r, struct dptp_tcpstore_client *c, unsi
 	return rc;
 }
 
+/* Do the nodes agree on --nnodes? Node 0 publishes its count under
+ * dptp/<attempt>/nnodes; a node that reads another one says so under
+ * dptp/<attempt>/mismatch and stops (and reports the attempt failed, for
+ * a node 0 already past its rendezvous), and node 0 stops on that key. Without
+ * this, each would wait the whole rendezvous timeout for keys that the
+ * other, counting other nodes, never writes. */
+static int nnodes_agree(struct rendezvous *r, unsigned restart, struct dptp_err *err)
+{
+	const struct run_opts *o = r->opts;
+	char key[64], msg[160];
+	struct dptp_tcpstore_buf b = {0};
+	bool there = false;
+	snprintf(key, sizeof(key), "dptp/%u/%s", restart, o->node_rank == 0 ? "mismatch" : "nnodes");
+	const char *k1[] = {key};
+	DPTP_TRY(dptp_tcpstore_client_check(r->ext, k1, 1, &there, err));
+	if (!there)
+		return 0;
+	DPTP_TRY(dptp_tcpstore_client_get(r->ext, key, &b, err));
+	unsigned long n0 = strtoul(b.data ? (char *)b.data : "", NULL, 10);
+	if (o->node_rank == 0)
+		snprintf(msg, sizeof(msg), "%.150s", b.data ? (char *)b.data : "");
+	free(b.data);
+	if (o->node_rank != 0) {
+		if (n0 == o->max_nodes)
+			return 0;
+		snprintf(msg, sizeof(msg), "the nodes disagree on --nnodes: node %u runs with %u, node 0 with %lu",
+			o->node_rank, o->max_nodes, n0);
+		snprintf(key, sizeof(key), "dptp/%u/mismatch", restart);
+		dptp_tcpstore_client_set(r->ext, key, msg, strlen(msg), NULL);
+		/* node 0 may have assigned its ranks already: it stops its
+		 * workers on this, as on any node's failed attempt */
+		rendezvous_report_failure(r);
+	}
+	return dptp_err_set(err, -EPROTO, "%s", msg);
+}
+
+/* Waits for keys over ext, as long as the rendezvous timeout, in 1 s slices
+ * with nnodes_agree() in between (and once more when they are there). */
+static int wait_nodes(struct rendezvous *r, unsigned restart, const char *const *keys, size_t nk,
+	struct dptp_err *err)
+{
+	double deadline = dptp_now() + r->opts->rdzv_timeout;
+	for (;;) {
+		double left = deadline - dptp_now();
+		int rc = dptp_tcpstore_client_wait(r->ext, keys, nk, left < 1.0 ? (left > 0 ? left : 0.001) : 1.0, err);
+		if (rc == 0 || rc == -ETIMEDOUT)
+			DPTP_TRY(nnodes_agree(r, restart, err));
+		if (rc == -ETIMEDOUT && left <= 1.0)
+			return dptp_err_set(err, rc, "wait timeout after %u s, keys: %s%s", r->opts->rdzv_timeout, keys[0],
+				nk > 1 ? " ..." : "");
+		if (rc != -ETIMEDOUT)
+			return rc;
+	}
+}
+
 static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *out, struct dptp_err *err)
 {
 	const struct run_opts *o = r->opts;
@@ -475,8 +530,12 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 	snprintf(val, sizeof(val), "%u %d %s", o->nproc, (int)getpid(), r->hostname);
 	{
 		const char *k1[] = {key};
+		char nk[64], nv[16];
 		bool ready;
+		snprintf(nk, sizeof(nk), "dptp/%u/nnodes", restart);
+		snprintf(nv, sizeof(nv), "%u", n);
 		if ((rc = dptp_tcpstore_client_set(r->ext, key, val, strlen(val), err)) < 0 ||
+		    (me == 0 && (rc = dptp_tcpstore_client_set(r->ext, nk, nv, strlen(nv), err)) < 0) ||
 		    (rc = dptp_tcpstore_client_check(r->ext, k1, 1, &ready, err)) < 0)
 			goto out;
 	}
@@ -494,13 +553,16 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 				continue;
 			snprintf(keys[0], 96, "dptp/%u/node/%u", restart, i);
 			const char *k1[] = {keys[0]};
-			if ((rc = dptp_tcpstore_client_wait(r->ext, k1, 1, o->rdzv_timeout, err)) < 0)
+			if ((rc = wait_nodes(r, restart, k1, 1, err)) < 0)
 				goto out;
 		}
 		node0_dptp = r->was_dptp[0];
 	}
 	if (me == 0) {
-		if ((rc = node0_assign(r, r->agent, n, restart > 0, err)) < 0)
+		for (unsigned i = 0; i < n; i++)
+			snprintf(keys[i], 96, RI_PREFIX "%u", i);
+		if ((rc = wait_nodes(r, restart, (const char *const *)keys, n, err)) < 0 ||
+		    (rc = node0_assign(r, r->agent, n, restart > 0, err)) < 0)
 			goto out;
 		snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
 		if ((rc = dptp_tcpstore_client_set(r->ext, key, "1", 1, err)) < 0)
@@ -509,7 +571,12 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 		/* the assigned_ranks of the last attempt are still there */
 		snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
 		const char *k1[] = {key};
-		if ((rc = dptp_tcpstore_client_wait(r->ext, k1, 1, o->rdzv_timeout, err)) < 0)
+		if ((rc = wait_nodes(r, restart, k1, 1, err)) < 0)
+			goto out;
+	} else if (restart == 0) {
+		snprintf(key, sizeof(key), AR_PREFIX "%u", me);
+		const char *k1[] = {key};
+		if ((rc = wait_nodes(r, restart, k1, 1, err)) < 0)
 			goto out;
 	}
 	snprintf(key, sizeof(key), AR_PREFIX "%u", me);

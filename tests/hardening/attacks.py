@@ -44,6 +44,8 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   as rank 0 and writes the round's keys (WORLD_SIZE=65538),
                   or forges the state (a rank out of range, a rank twice, 3
                   nodes); --nnodes 1:2000: the same, one line each.
+  nnodes_mismatch two real static nodes with --nnodes 3 and 2 (and 2 and 3):
+                  both exit 1 within seconds, node 1 naming both counts.
   torchrun_env    torchrun-style environments: MASTER_PORT, RANK, WORLD_SIZE
                   or LOCAL_RANK set but empty, LOCAL_RANK unset with
                   LOCAL_WORLD_SIZE=2, no store at --timeout 2: exit 3, one
@@ -855,6 +857,49 @@ def case_forged_c10d():
                     r"--nnodes=1:2000: the c10d rendezvous state holds at most 1024 nodes", timeout=20)
 
 
+def case_nnodes_mismatch():
+    """Two real static nodes started with different --nnodes (3 and 2, then
+    2 and 3): the one that sees node 0's count differ exits 1 with one line
+    naming both counts, node 0 stops too (its rendezvous, or its workers on
+    the failed attempt), both within seconds, not the rendezvous timeout."""
+    case = "nnodes_mismatch"
+    want = r"the nodes disagree on --nnodes: node 1 runs with (\d), node 0 with (\d)"
+    for n0, n1 in ((3, 2), (2, 3)):
+        port = free_port()
+        tag = uuid.uuid4().hex
+        env = dict(os.environ, DPTP_ATTACK_TAG=tag)
+        common = ["--master-addr=127.0.0.1", "--master-port=%d" % port, "--nproc-per-node=1",
+                  "--rdzv-id=mm-%d" % port, "--no-python", "sleep", "5"]
+        figure(case, attempts=1)
+        t0 = time.monotonic()
+        ps = [subprocess.Popen([ARGS.run, "--nnodes=%d" % n, "--node-rank=%d" % k] + common, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+              for k, n in ((0, n0), (1, n1))]
+        errs = []
+        for p in ps:
+            try:
+                errs.append(p.communicate(timeout=60)[1])
+            except subprocess.TimeoutExpired:
+                figure(case, hangs=1)
+                p.kill()
+                errs.append(p.communicate()[1])
+        secs = time.monotonic() - t0
+        time.sleep(0.2)
+        left = tagged(tag)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        figure(case, processes_left=len(left))
+        lines1 = [ln for ln in errs[1].splitlines() if "error" in ln.lower()]
+        m = re.search(want, lines1[0]) if len(lines1) == 1 else None
+        rcs = [p.returncode for p in ps]
+        if 0 in rcs or not m or (m.group(1), m.group(2)) != (str(n1), str(n0)) or left or secs > 30:
+            fail(case, "--nnodes %d vs %d: exits %s in %.1f s, node 1 said %s, left %s" % (n0, n1, rcs, secs, lines1,
+                                                                                          left))
+        else:
+            print("ok nnodes_mismatch (%d vs %d): exits %s in %.1f s: %s" % (n0, n1, rcs, secs, lines1[0].strip()),
+                  flush=True)
+
+
 CASES = {
     "ipc_flood": lambda: case_ipc("ipc_flood", "flood"),
     "ipc_inject": lambda: case_ipc("ipc_inject", "inject"),
@@ -867,6 +912,7 @@ CASES = {
     "stale_slot": case_stale_slot,
     "forged_static": case_forged_static,
     "forged_c10d": case_forged_c10d,
+    "nnodes_mismatch": case_nnodes_mismatch,
 }
 
 
