@@ -444,44 +444,55 @@ int rdzv_assign_ranks(struct rendezvous *r, struct dptp_tcpstore_client *c, unsi
 	return rc;
 }
 
-/* Do the nodes agree on --nnodes? Node 0 publishes its count under
- * dptp/<attempt>/nnodes; a node that reads another one says so under
- * dptp/<attempt>/mismatch and stops (and reports the attempt failed, for
- * a node 0 already past its rendezvous), and node 0 stops on that key. Without
- * this, each would wait the whole rendezvous timeout for keys that the
- * other, counting other nodes, never writes. */
-static int nnodes_agree(struct rendezvous *r, unsigned restart, struct dptp_err *err)
+/* Has a node refused this attempt (dptp/<attempt>/refused, written by
+ * refuse())? Do the nodes agree on --nnodes (node 0 publishes its count
+ * under dptp/<attempt>/nnodes)? Without this, a node would wait the whole
+ * rendezvous timeout for keys that a node which stopped, or counts other
+ * nodes, never writes. -ECANCELED: another node refused; -EPROTO: we do. */
+static int peers_agree(struct rendezvous *r, unsigned restart, struct dptp_err *err)
 {
 	const struct run_opts *o = r->opts;
-	char key[64], msg[160];
+	char key[64];
 	struct dptp_tcpstore_buf b = {0};
 	bool there = false;
-	snprintf(key, sizeof(key), "dptp/%u/%s", restart, o->node_rank == 0 ? "mismatch" : "nnodes");
+	snprintf(key, sizeof(key), "dptp/%u/refused", restart);
 	const char *k1[] = {key};
+	DPTP_TRY(dptp_tcpstore_client_check(r->ext, k1, 1, &there, err));
+	if (there) {
+		DPTP_TRY(dptp_tcpstore_client_get(r->ext, key, &b, err));
+		int rc = dptp_err_set(err, -ECANCELED, "%.300s", b.data ? (char *)b.data : "");
+		free(b.data);
+		return rc;
+	}
+	if (o->node_rank == 0)
+		return 0;
+	snprintf(key, sizeof(key), "dptp/%u/nnodes", restart);
 	DPTP_TRY(dptp_tcpstore_client_check(r->ext, k1, 1, &there, err));
 	if (!there)
 		return 0;
 	DPTP_TRY(dptp_tcpstore_client_get(r->ext, key, &b, err));
 	unsigned long n0 = strtoul(b.data ? (char *)b.data : "", NULL, 10);
-	if (o->node_rank == 0)
-		snprintf(msg, sizeof(msg), "%.150s", b.data ? (char *)b.data : "");
 	free(b.data);
-	if (o->node_rank != 0) {
-		if (n0 == o->max_nodes)
-			return 0;
-		snprintf(msg, sizeof(msg), "the nodes disagree on --nnodes: node %u runs with %u, node 0 with %lu",
-			o->node_rank, o->max_nodes, n0);
-		snprintf(key, sizeof(key), "dptp/%u/mismatch", restart);
-		dptp_tcpstore_client_set(r->ext, key, msg, strlen(msg), NULL);
-		/* node 0 may have assigned its ranks already: it stops its
-		 * workers on this, as on any node's failed attempt */
-		rendezvous_report_failure(r);
-	}
-	return dptp_err_set(err, -EPROTO, "%s", msg);
+	if (n0 == o->max_nodes)
+		return 0;
+	return dptp_err_set(err, -EPROTO, "the nodes disagree on --nnodes: node %u runs with %u, node 0 with %lu",
+		o->node_rank, o->max_nodes, n0);
+}
+
+/* This node refuses the attempt (a record, role_info or assignment that is
+ * forged or disagrees): the other dptp-run nodes stop too, in their
+ * rendezvous (peers_agree) or, past it, on the failed attempt. */
+static void refuse(struct rendezvous *r, unsigned restart, const struct dptp_err *why)
+{
+	char key[64], msg[400];
+	snprintf(key, sizeof(key), "dptp/%u/refused", restart);
+	snprintf(msg, sizeof(msg), "node %u refused the rendezvous: %.300s", r->opts->node_rank, why->msg);
+	dptp_tcpstore_client_set(r->ext, key, msg, strlen(msg), NULL);
+	rendezvous_report_failure(r);
 }
 
 /* Waits for keys over ext, as long as the rendezvous timeout, in 1 s slices
- * with nnodes_agree() in between (and once more when they are there). */
+ * with peers_agree() in between (and once more when they are there). */
 static int wait_nodes(struct rendezvous *r, unsigned restart, const char *const *keys, size_t nk,
 	struct dptp_err *err)
 {
@@ -490,7 +501,7 @@ static int wait_nodes(struct rendezvous *r, unsigned restart, const char *const 
 		double left = deadline - dptp_now();
 		int rc = dptp_tcpstore_client_wait(r->ext, keys, nk, left < 1.0 ? (left > 0 ? left : 0.001) : 1.0, err);
 		if (rc == 0 || rc == -ETIMEDOUT)
-			DPTP_TRY(nnodes_agree(r, restart, err));
+			DPTP_TRY(peers_agree(r, restart, err));
 		if (rc == -ETIMEDOUT && left <= 1.0)
 			return dptp_err_set(err, rc, "wait timeout after %u s, keys: %s%s", r->opts->rdzv_timeout, keys[0],
 				nk > 1 ? " ..." : "");
@@ -656,6 +667,8 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 nomem:
 	rc = dptp_err_set(err, -ENOMEM, "out of memory");
 out:
+	if (rc == -EPROTO && r->ext && err)
+		refuse(r, restart, err);
 	if (!out->nodes)
 		snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", (int)getpid(), restart);
 	dptp_tcpstore_bufs_free(bufs, n);

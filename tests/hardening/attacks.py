@@ -44,6 +44,9 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   as rank 0 and writes the round's keys (WORLD_SIZE=65538),
                   or forges the state (a rank out of range, a rank twice, 3
                   nodes); --nnodes 1:2000: the same, one line each.
+  forged_node0    two real static nodes; a fake peer overwrites node 0's
+                  role_info (65536 workers) before node 1 joins: node 0
+                  refuses, node 1 stops on its refusal; one line each.
   nnodes_mismatch two real static nodes with --nnodes 3 and 2 (and 2 and 3):
                   both exit 1 within seconds, node 1 naming both counts.
   torchrun_env    torchrun-style environments: MASTER_PORT, RANK, WORLD_SIZE
@@ -857,6 +860,75 @@ def case_forged_c10d():
                     r"--nnodes=1:2000: the c10d rendezvous state holds at most 1024 nodes", timeout=20)
 
 
+def reap_nodes(case, ps, tag, t0):
+    """Waits up to 60 s for each node; (stderr texts, seconds, processes of
+    the job left, which are killed)."""
+    errs = []
+    for p in ps:
+        try:
+            errs.append(p.communicate(timeout=60)[1])
+        except subprocess.TimeoutExpired:
+            figure(case, hangs=1)
+            p.kill()
+            errs.append(p.communicate()[1])
+    secs = time.monotonic() - t0
+    time.sleep(0.2)
+    left = tagged(tag)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return errs, secs, left
+
+
+def case_forged_node0():
+    """Two real static nodes; once node 0 has written its role_info, a fake
+    peer overwrites it (65536 workers), then node 1 starts. Node 0 refuses
+    the assignment, and node 1, waiting for its ranks, stops on node 0's
+    refusal: both exit 1 with one line naming the forgery, no worker, nothing
+    left, within seconds."""
+    case = "forged_node0"
+    port = free_port()
+    run_id = "forged0-%d" % port
+    tag = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "worlds")
+        env = dict(os.environ, DPTP_ATTACK_TAG=tag, TMPDIR=tmp)
+        common = ["--master-addr=127.0.0.1", "--master-port=%d" % port, "--nproc-per-node=2", "--nnodes=2",
+                  "--rdzv-id=" + run_id, "--no-python", "/bin/sh", "-c", 'echo "$WORLD_SIZE" >> ' + out]
+        figure(case, attempts=1)
+        t0 = time.monotonic()
+        start = lambda k: subprocess.Popen([ARGS.run, "--node-rank=%d" % k] + common, env=env,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        ps = [start(0)]
+        try:
+            st = store_client(port)
+            key = "%s/torchelastic/role_info/0" % run_id
+            end = time.monotonic() + 20
+            while time.monotonic() < end and not st.check([key]):
+                time.sleep(0.02)
+            st.set(key, role_info(0, 65536))
+            ps.append(start(1))
+            st.check([key])  # the SET is in before the peer hangs up
+            st.s.close()
+        except (OSError, EOFError, AssertionError) as e:
+            fail(case, "the fake peer failed: %r" % e)
+        errs, secs, left = reap_nodes(case, ps, tag, t0)
+        worlds = open(out).read().split() if os.path.exists(out) else []
+        files = [os.path.join(d, f) for d, ds, fs in os.walk(tmp) for f in fs + ds if os.path.join(d, f) != out]
+        figure(case, processes_left=len(left), files_left=len(files), false_verdicts=1 if worlds else 0)
+        FIGURES[case].pop("shm_left", None)
+        lines = [[ln for ln in e.splitlines() if "error" in ln.lower()] for e in errs]
+        want = [r"^dptp-run: error: node 0's role_info claims 65536 workers",
+                r"^dptp-run: error: node 0 refused the rendezvous: node 0's role_info claims 65536 workers"]
+        rcs = [p.returncode for p in ps]
+        if len(ps) != 2 or 0 in rcs or worlds or left or files or secs > 30 or \
+                any(len(l) != 1 or not re.search(w, l[0]) for l, w in zip(lines, want)):
+            fail(case, "exits %s in %.1f s, lines %s, WORLD_SIZE %s, left %s %s" % (rcs, secs, lines, worlds, left,
+                                                                                 files))
+        else:
+            print("ok forged_node0: exits %s in %.1f s, no worker, nothing left: %s | %s" % (
+                rcs, secs, lines[0][0].strip(), lines[1][0].strip()), flush=True)
+
+
 def case_nnodes_mismatch():
     """Two real static nodes started with different --nnodes (3 and 2, then
     2 and 3): the one that sees node 0's count differ exits 1 with one line
@@ -875,19 +947,7 @@ def case_nnodes_mismatch():
         ps = [subprocess.Popen([ARGS.run, "--nnodes=%d" % n, "--node-rank=%d" % k] + common, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
               for k, n in ((0, n0), (1, n1))]
-        errs = []
-        for p in ps:
-            try:
-                errs.append(p.communicate(timeout=60)[1])
-            except subprocess.TimeoutExpired:
-                figure(case, hangs=1)
-                p.kill()
-                errs.append(p.communicate()[1])
-        secs = time.monotonic() - t0
-        time.sleep(0.2)
-        left = tagged(tag)
-        for pid in left:
-            os.kill(pid, signal.SIGKILL)
+        errs, secs, left = reap_nodes(case, ps, tag, t0)
         figure(case, processes_left=len(left))
         lines1 = [ln for ln in errs[1].splitlines() if "error" in ln.lower()]
         m = re.search(want, lines1[0]) if len(lines1) == 1 else None
@@ -912,6 +972,7 @@ CASES = {
     "stale_slot": case_stale_slot,
     "forged_static": case_forged_static,
     "forged_c10d": case_forged_c10d,
+    "forged_node0": case_forged_node0,
     "nnodes_mismatch": case_nnodes_mismatch,
 }
 
