@@ -6,7 +6,7 @@ the ratio is the median of the pairs' ratios. Also prints the medians, the
 checks the default run ran and their seconds (slowest replica), and the CPU
 time of the whole job.
 
-usage: bench/default_run.py [--build DIR] [--pairs N] [--launcher dptp-run|mpirun]
+usage: bench/default_run.py [--build DIR] [--pairs N] [--launcher dptp-run|mpirun] [--backend B]
 """
 import argparse
 import json
@@ -36,6 +36,9 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--pairs", type=int, default=21)
     ap.add_argument("--launcher", default="dptp-run", choices=["dptp-run", "mpirun"])
+    ap.add_argument("--backend", choices=["auto", "host", "cuda"],
+                    help="dptp-check's --backend (default: its own, auto; on a GPU box "
+                         "4 ranks on one GPU need --backend host or DPTP_GPU_SHARING=1)")
     a = ap.parse_args()
     mpirun = shutil.which("mpirun")
     if not mpirun:
@@ -47,7 +50,7 @@ def main():
     else:
         launch = mpi
     env = dict(os.environ, NO_COLOR="1", OMP_NUM_THREADS="1")
-    run = launch + [check, "--dp", "2", "--tp", "2"]
+    run = launch + [check, "--dp", "2", "--tp", "2"] + (["--backend", a.backend] if a.backend else [])
     yard = mpi + ["/bin/true"]
     # one report, for which checks the default run runs and where the time goes
     with tempfile.TemporaryDirectory() as tmp:

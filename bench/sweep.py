@@ -4,7 +4,7 @@ launch included, median of repeated runs: DP2TP2 with the five original
 checks, DP2TP2 with every check (the default), and the world-4 layout
 sweep (--layouts all: 6 layouts, every check). Prints a markdown table.
 
-usage: bench/sweep.py [--repeat N] [--build DIR]
+usage: bench/sweep.py [--repeat N] [--build DIR] [--backend B]
 """
 import argparse
 import os
@@ -15,6 +15,8 @@ import time
 ap = argparse.ArgumentParser()
 ap.add_argument("--repeat", type=int, default=10)
 ap.add_argument("--build", default="build")
+ap.add_argument("--backend", choices=["auto", "host", "cuda"],
+                help="dptp-check's --backend (default: its own, auto)")
 args = ap.parse_args()
 check = os.path.join(args.build, "cli", "dptp-check")
 run = os.path.join(args.build, "launcher", "dptp-run")
@@ -31,7 +33,8 @@ for name, a in cases:
     ts = []
     for _ in range(args.repeat):
         t0 = time.monotonic()
-        p = subprocess.run([run, "--standalone", "--nproc-per-node=4", "--no-python", check] + a,
+        p = subprocess.run([run, "--standalone", "--nproc-per-node=4", "--no-python", check] + a +
+                           (["--backend", args.backend] if args.backend else []),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         ts.append(time.monotonic() - t0)
         if p.returncode != 0:
