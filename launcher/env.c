@@ -304,6 +304,16 @@ void env_glog_prefix(char level, char *buf, size_t len)
 		tm.tm_hour, tm.tm_min, tm.tm_sec, (long)tv.tv_usec, (int)getpid());
 }
 
+void env_vglog(char level, const char *fmt, va_list ap)
+{
+	char pfx[96];
+	env_glog_prefix(level, pfx, sizeof(pfx));
+	fputs(pfx, stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	fflush(stderr);
+}
+
 void env_launcher_setup(const struct run_opts *o, FILE *errs)
 {
 	if (!getenv("OMP_NUM_THREADS") && o->nproc > 1) {

@@ -2,6 +2,7 @@
 #ifndef DPTP_LAUNCHER_ENV_H
 #define DPTP_LAUNCHER_ENV_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -52,5 +53,7 @@ void env_launcher_setup(const struct run_opts *o, FILE *errs);
 
 /* glog-style line prefix torch uses: "W1202 13:53:04.905000 621 dptp-run] " */
 void env_glog_prefix(char level, char *buf, size_t len);
+/* One such line on stderr: the prefix, the message, a newline. */
+void env_vglog(char level, const char *fmt, va_list ap);
 
 #endif

@@ -58,16 +58,12 @@ enum action { A_KEEP_ALIVE, A_ADD_PART, A_ADD_WAIT, A_ADD_REDUND, A_REM_PART, A_
 __attribute__((format(printf, 2, 3)))
 static void info(const struct rendezvous *r, const char *fmt, ...)
 {
-	char pfx[96];
 	va_list ap;
 	if (!r->info_log)
 		return;
-	env_glog_prefix('I', pfx, sizeof(pfx));
-	fputs(pfx, stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	env_vglog('I', fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 /* ---- the state holder (torch's _BackendRendezvousStateHolder) ----------- */
@@ -597,12 +593,7 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 	if (dptp_tcpstore_client_set_prefix(c->c, "/") < 0 && rc == 0)
 		rc = dptp_err_set(err, -ENOMEM, "out of memory");
 	DPTP_TRY(rc);
-	out->group_rank = rank;
-	out->group_world_size = world;
-	out->base_global_rank = rk[0];
-	out->global_world_size = rk[1];
-	out->base_role_rank = rk[2];
-	out->role_world_size = rk[3];
+	rdzv_info_set_ranks(out, rank, world, rk);
 	snprintf(out->run_id, sizeof(out->run_id), "%s", r->run_id);
 	snprintf(out->dptp_prefix, sizeof(out->dptp_prefix), "/%s/dptp/%u/", r->run_id, restart);
 	snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", (int)getpid(), restart);

@@ -426,6 +426,16 @@ static void role_info_value(const struct rendezvous *r, unsigned me, char *val, 
 	snprintf(val, len, "{\"role\": %s, \"rank\": %u, \"local_world_size\": %u}", role, me, r->opts->nproc);
 }
 
+void rdzv_info_set_ranks(struct rdzv_info *out, unsigned me, unsigned n, const unsigned rk[4])
+{
+	out->group_rank = me;
+	out->group_world_size = n;
+	out->base_global_rank = rk[0];
+	out->global_world_size = rk[1];
+	out->base_role_rank = rk[2];
+	out->role_world_size = rk[3];
+}
+
 int rdzv_assign_ranks(struct rendezvous *r, struct dptp_tcpstore_client *c, unsigned me, unsigned n, unsigned rk[4],
 	struct dptp_err *err)
 {
@@ -596,12 +606,7 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 	    (rc = rdzv_check_ranks(r, r->ext, me, n, rk, err)) < 0)
 		goto out;
 
-	out->group_rank = me;
-	out->group_world_size = n;
-	out->base_global_rank = rk[0];
-	out->global_world_size = rk[1];
-	out->base_role_rank = rk[2];
-	out->role_world_size = rk[3];
+	rdzv_info_set_ranks(out, me, n, rk);
 	fill_common(r, restart, out);
 
 	/* is every node a dptp-run? (their records precede their role_info,

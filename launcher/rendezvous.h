@@ -130,6 +130,8 @@ int rdzv_check_ranks(struct rendezvous *r, struct dptp_tcpstore_client *c, unsig
 int rdzv_assign_ranks(struct rendezvous *r, struct dptp_tcpstore_client *c, unsigned me, unsigned n, unsigned rk[4],
 	struct dptp_err *err);
 void rdzv_common_shutdown(struct rendezvous *r);
+/* out's group rank and size (me of n) and the ranks rdzv_assign_ranks gave. */
+void rdzv_info_set_ranks(struct rdzv_info *out, unsigned me, unsigned n, const unsigned rk[4]);
 
 /* Multi-node, after every local worker exited 0: torchrun's exit barrier
  * (terminal_state num_members / last_member, at most timeout s). Returns 0

@@ -78,15 +78,10 @@ struct job {
 __attribute__((format(printf, 2, 3)))
 static void logmsg(char level, const char *fmt, ...)
 {
-	char pfx[96];
 	va_list ap;
-	env_glog_prefix(level, pfx, sizeof(pfx));
-	fputs(pfx, stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	env_vglog(level, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	fflush(stderr);
 }
 
 static const char *signame(int sig, char *buf, size_t len)

@@ -63,14 +63,10 @@ struct dmdx_token {
 __attribute__((format(printf, 1, 2)))
 static void xlog(const char *fmt, ...)
 {
-	char pfx[96];
 	va_list ap;
-	env_glog_prefix('E', pfx, sizeof(pfx));
-	fputs(pfx, stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	env_vglog('E', fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 /* ---- frames ---- */

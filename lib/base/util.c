@@ -194,7 +194,6 @@ void *dptp_big_alloc(size_t bytes)
 		}
 		if (p) {
 			memset(p, 0, big.dirty < len ? big.dirty : len); /* zeroed, as promised */
-			big.kept = p;
 			big.out = p;
 			big.out_len = big.kept_len;
 		}
