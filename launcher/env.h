@@ -54,6 +54,7 @@ void env_launcher_setup(const struct run_opts *o, FILE *errs);
 /* glog-style line prefix torch uses: "W1202 13:53:04.905000 621 dptp-run] " */
 void env_glog_prefix(char level, char *buf, size_t len);
 /* One such line on stderr: the prefix, the message, a newline. */
+__attribute__((format(printf, 2, 0)))
 void env_vglog(char level, const char *fmt, va_list ap);
 
 #endif
