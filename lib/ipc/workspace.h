@@ -20,10 +20,13 @@ struct dptp_workspace {
 	int fds[DPTP_WS_NBUF];
 	void *local[DPTP_WS_NBUF];
 	void **peer[DPTP_WS_NBUF];   /* [size], peer[b][rank] == local[b] */
+	int *peer_fd[DPTP_WS_NBUF];  /* [size], their memfds, open; peer_fd[b][rank] == fds[b] */
 	struct dptp_ipcsock socks[DPTP_WS_NBUF];
 	size_t used[DPTP_WS_NBUF];   /* bytes per slot the last call through each buffer wrote */
 	float *sum;                  /* scratch: the allreduced x of a block of rows */
 	size_t sum_cap;              /* its elements */
+	void *scratch;               /* a call's pushed x (slot_bytes), then every slot pulled (size slots) */
+	size_t scratch_bytes;
 	unsigned calls;
 };
 
