@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <unistd.h>
 #include <time.h>
 
 /* Messages are one line on a terminal whatever a user typed: control
@@ -221,4 +222,20 @@ void dptp_big_free(void *p, size_t bytes)
 	}
 	pthread_mutex_unlock(&big.lock);
 	munmap(p, big_len(bytes ? bytes : 1));
+}
+
+int dptp_fd_io(int fd, bool wr, void *p, size_t bytes, size_t off)
+{
+	char *q = p;
+	while (bytes) {
+		ssize_t k = wr ? pwrite(fd, q, bytes, (off_t)off) : pread(fd, q, bytes, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		q += k;
+		off += (size_t)k;
+		bytes -= (size_t)k;
+	}
+	return 0;
 }

@@ -79,6 +79,15 @@ int dptp_entropy(void *buf, size_t len);
 void *dptp_big_alloc(size_t bytes);
 void dptp_big_free(void *p, size_t bytes);
 
+/* All of bytes at offset off of file fd, written from p (wr) or read into
+ * it, through EINTR and short transfers: 0, -errno, or -EIO where the file
+ * ends first. What the data planes move through shared memory goes this
+ * way: the kernel copies through its own mapping of the pages, so no
+ * process takes a fault per 4 KiB page of a peer's memory (on a virtual
+ * machine with shadow page tables a first write through a fresh mapping
+ * costs 5.5 us a page, a read 0.9 us; pwrite 0.2 us a page, measured). */
+int dptp_fd_io(int fd, bool wr, void *p, size_t bytes, size_t off);
+
 /* fp16/bf16 <-> float (round to nearest even) live in dtype.h, inline. */
 #include "base/dtype.h"
 

@@ -75,27 +75,13 @@ static int memfd_buffer(size_t bytes, const char *name, int *fd, void **map, str
 #define FLIP16 0x8000u
 #define FLIP32 0x80000000u
 
-/* The data of the buffers moves with pwrite and pread on their memfds, not
- * through the mappings (which only the futex words use): the kernel copies
- * through its own mapping of the pages, so no process takes a fault per
- * 4 KiB page of a peer's buffer -- 5.5 us a page written through a fresh
- * mapping on a virtual machine with shadow page tables, against 0.2 us a
- * page for pwrite (measured here). */
+/* The data of the buffers moves with pwrite and pread on their memfds
+ * (dptp_fd_io), not through the mappings, which only the futex words use. */
 static int buf_io(int fd, bool wr, void *p, size_t bytes, size_t off, int j, unsigned b, struct dptp_err *err)
 {
-	char *q = p;
-	while (bytes) {
-		ssize_t k = wr ? pwrite(fd, q, bytes, (off_t)off) : pread(fd, q, bytes, (off_t)off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return dptp_err_set(err, k < 0 ? -errno : -EIO, "%s group rank %d's buffer %u at byte %zu: %s",
-					    wr ? "writing" : "reading", j, b, off, k < 0 ? strerror(errno) : "short");
-		q += k;
-		off += (size_t)k;
-		bytes -= (size_t)k;
-	}
-	return 0;
+	int rc = dptp_fd_io(fd, wr, p, bytes, off);
+	return rc < 0 ? dptp_err_set(err, rc, "%s group rank %d's buffer %u at byte %zu: %s", wr ? "writing" : "reading",
+				     j, b, off, strerror(-rc)) : 0;
 }
 
 /* Marks bytes at off of buffer fd "not written" again (zero bits): the

@@ -99,27 +99,14 @@ static bool group_local(const struct host_impl *h, const struct dptp_group *g)
 	return true;
 }
 
-/* Slots are read and written with pread/pwrite, not through a mapping:
- * the kernel copies through its own mapping of the pages, so no process
- * takes a fault per 4 KiB page of a slot (on a virtual machine with shadow
- * page tables a first write through a fresh mapping costs 5.5 us a page,
- * a read 0.9 us; pwrite, 0.2 us a page: measured here), and the ranks' own
- * buffers stay the huge pages they are. */
+/* Slots are read and written with pread/pwrite (dptp_fd_io), not through
+ * a mapping: no page faults in peers' slots, and the ranks' own buffers
+ * stay the huge pages they are. */
 static int slot_io(int fd, bool wr, void *p, size_t bytes, size_t off, int rank, struct dptp_err *err)
 {
-	char *q = p;
-	while (bytes) {
-		ssize_t k = wr ? pwrite(fd, q, bytes, (off_t)off) : pread(fd, q, bytes, (off_t)off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return dptp_err_set(err, k < 0 ? -errno : -EIO, "%s rank %d's slot at byte %zu: %s",
-					    wr ? "writing" : "reading", rank, off, k < 0 ? strerror(errno) : "short");
-		q += k;
-		off += (size_t)k;
-		bytes -= (size_t)k;
-	}
-	return 0;
+	int rc = dptp_fd_io(fd, wr, p, bytes, off);
+	return rc < 0 ? dptp_err_set(err, rc, "%s rank %d's slot at byte %zu: %s", wr ? "writing" : "reading", rank,
+				     off, strerror(-rc)) : 0;
 }
 
 /* Publishes mine (bytes) for the group: into this rank's slot when the
