@@ -389,11 +389,8 @@ int dptp_workspace_create(struct dptp_workspace *ws, const struct dptp_ipc_job *
 		}
 	}
 	free(in_store);
-	/* the pushed x, then what every slot pulled (huge pages: touched
-	 * once, as the calls need them) */
-	ws->scratch_bytes = slot_bytes * (size_t)(size + 1);
-	if (rc == 0 && !(ws->scratch = dptp_big_alloc(ws->scratch_bytes)))
-		rc = dptp_err_set(err, -ENOMEM, "out of memory for the workspace's scratch (%zu bytes)", ws->scratch_bytes);
+	if (rc == 0 && !(ws->after = calloc((size_t)size, sizeof(bool))))
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
 	if (rc < 0)
 		dptp_workspace_release(ws);
 	return rc;
@@ -426,8 +423,11 @@ void dptp_workspace_release(struct dptp_workspace *ws)
 		ws->fds[b] = -1;
 		dptp_ipcsock_close(&ws->socks[b]);
 	}
-	dptp_big_free(ws->scratch, ws->scratch_bytes);
-	ws->scratch = NULL;
+	free(ws->pulled);
+	ws->pulled = NULL;
+	ws->pulled_cap = 0;
+	free(ws->after);
+	ws->after = NULL;
 	free(ws->sum);
 	ws->sum = NULL;
 	ws->sum_cap = 0;
@@ -542,48 +542,35 @@ DPTP_HOT static void lamport_encode(void *dst, const void *x, size_t n, enum dpt
 	}
 }
 
-/* The encoded x into slot `rank` of buffer b of group rank j; then j's
- * futex word for us, once the bytes are all there. */
-static int lamport_push(struct dptp_workspace *ws, unsigned b, int j, const void *enc, size_t bytes,
-			struct dptp_err *err)
+/* Elements [first, first + m) of slot j of my buffer b into dst, once they
+ * have all arrived: no -0.0 left in the data, which decides, as in the
+ * Lamport protocol. The writer's futex word wakes the wait, and says when
+ * its push of this call is complete (ws->after[j]): only data read after
+ * that counts (a pwrite is not atomic per element, so a read racing it
+ * could see half an element). */
+static int lamport_pull(struct dptp_workspace *ws, unsigned b, int j, void *dst, size_t first, size_t m,
+			double deadline, struct dptp_err *err)
 {
-	DPTP_TRY(buf_io(ws->peer_fd[b][j], true, (void *)enc, bytes, (size_t)ws->rank * ws->slot_bytes, j, b, err));
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	uint32_t *w = posted(ws->peer[b][j], ws->buf_bytes) + ws->rank;
-	__atomic_fetch_add(w, 1, __ATOMIC_RELEASE);
-	futex_wake_all(w);
-	return 0;
-}
-
-/* Slot j of my buffer b into dst (n elements) once it has all arrived:
- * no -0.0 left in the data, which decides, as in the Lamport protocol.
- * The writer's futex word wakes the wait, and says when its push of this
- * call is complete: only data read after that counts (a pwrite is not
- * atomic per element, so a read racing it could see half an element). */
-static int lamport_pull(struct dptp_workspace *ws, unsigned b, int j, void *dst, size_t n, double deadline,
-			struct dptp_err *err)
-{
-	size_t esz = dptp_dtype_bytes(ws->dt), off = (size_t)j * ws->slot_bytes, i = 0;
+	size_t esz = dptp_dtype_bytes(ws->dt), off = (size_t)j * ws->slot_bytes + first * esz, i = 0;
 	uint32_t *w = posted(ws->local[b], ws->buf_bytes) + j;
 	/* pushes into buffer b by each writer, this call's included */
 	const uint32_t expect = ws->calls / DPTP_WS_NBUF + 1;
-	bool after = false; /* reading data the writer finished before */
 	for (;;) {
 		uint32_t seen = __atomic_load_n(w, __ATOMIC_ACQUIRE);
 		bool pushed = (int32_t)(seen - expect) >= 0;
-		size_t from = pushed && !after ? 0 : i;
-		after |= pushed;
-		DPTP_TRY(buf_io(ws->fds[b], false, (char *)dst + from * esz, (n - from) * esz, off + from * esz, ws->rank,
+		size_t from = pushed && !ws->after[j] ? 0 : i; /* read again, all of it, once pushed */
+		ws->after[j] |= pushed;
+		DPTP_TRY(buf_io(ws->fds[b], false, (char *)dst + from * esz, (m - from) * esz, off + from * esz, ws->rank,
 				b, err));
-		i = first_unwritten(dst, from, n, ws->dt);
-		if (i == n && after)
+		i = first_unwritten(dst, from, m, ws->dt);
+		if (i == m && ws->after[j])
 			return 0;
 		if (dptp_now() > deadline)
 			return dptp_err_set(err, -ETIMEDOUT,
 				"Lamport buffer %u: still waiting for group rank %d (global rank %d): "
-				"element %zu of %zu not written%s",
-				b, j, ws->xg->ranks[j < ws->xg->size ? j : 0], i, n,
-				i == n ? " (all there, but its push never said it was complete)" : "");
+				"element %zu not written%s",
+				b, j, ws->xg->ranks[j < ws->xg->size ? j : 0], first + i,
+				i == m ? " (all there, but its push never said it was complete)" : "");
 		futex_wait_until(w, seen, deadline);
 	}
 }
@@ -598,30 +585,47 @@ int dptp_workspace_fused_allreduce(struct dptp_workspace *ws, const void *x,
 	if (n * esz > ws->slot_bytes)
 		return dptp_err_set(err, -E2BIG, "%zu bytes exceed the workspace slot of %zu", n * esz, ws->slot_bytes);
 	unsigned b = ws->calls % DPTP_WS_NBUF;
-	/* push: my input into my slot of every peer's buffer b */
-	char *enc = ws->scratch, *pulled = enc + ws->slot_bytes;
-	lamport_encode(enc, x, n, dt);
-	for (int j = 0; j < ws->size; j++)
-		DPTP_TRY(lamport_push(ws, b, j, enc, n * esz, err));
-	/* pull: every peer's slot of my buffer b, once it has arrived */
-	for (int j = 0; j < ws->size; j++)
-		DPTP_TRY(lamport_pull(ws, b, j, pulled + (size_t)j * n * esz, n, deadline, err));
-	/* the sum, in fp32 in group-rank order, then residual + RMSNorm, a
-	 * block of whole rows at a time (the block stays in cache) */
+	/* a block of whole rows at a time (it stays in cache): the sum in
+	 * fp32, and every slot's part of the block */
 	size_t rows = hidden < 16384 ? 16384 / (size_t)hidden : 1, blk = rows * (size_t)hidden;
-	if (ws->sum_cap < blk) {
+	if (ws->sum_cap < blk || ws->pulled_cap < (size_t)ws->size * blk * esz) {
 		float *p = realloc(ws->sum, blk * sizeof(float));
-		if (!p)
+		if (p)
+			ws->sum = p;
+		void *q = p ? realloc(ws->pulled, (size_t)ws->size * blk * esz) : NULL;
+		if (!q)
 			return dptp_err_set(err, -ENOMEM, "out of memory");
-		ws->sum = p;
+		ws->pulled = q;
 		ws->sum_cap = blk;
+		ws->pulled_cap = (size_t)ws->size * blk * esz;
 	}
+	char *pulled = ws->pulled;
+	/* push: my input, encoded, into my slot of every peer's buffer b;
+	 * then each peer's futex word for us, once the bytes are all there */
+	for (size_t o = 0; o < n; o += blk) {
+		size_t m = n - o < blk ? n - o : blk;
+		lamport_encode(pulled, (const char *)x + o * esz, m, dt);
+		for (int j = 0; j < ws->size; j++)
+			DPTP_TRY(buf_io(ws->peer_fd[b][j], true, pulled, m * esz,
+					(size_t)ws->rank * ws->slot_bytes + o * esz, j, b, err));
+	}
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	for (int j = 0; j < ws->size; j++) {
+		uint32_t *w = posted(ws->peer[b][j], ws->buf_bytes) + ws->rank;
+		__atomic_fetch_add(w, 1, __ATOMIC_RELEASE);
+		futex_wake_all(w);
+		ws->after[j] = false;
+	}
+	/* pull: every peer's slot of my buffer b, a block at a time once it
+	 * has arrived; the sum in group-rank order, then residual + RMSNorm */
 	for (size_t r0 = 0; r0 < (size_t)tokens; r0 += rows) {
 		size_t nr = (size_t)tokens - r0 < rows ? (size_t)tokens - r0 : rows;
 		size_t first = r0 * (size_t)hidden, m = nr * (size_t)hidden;
+		for (int j = 0; j < ws->size; j++)
+			DPTP_TRY(lamport_pull(ws, b, j, pulled + (size_t)j * blk * esz, first, m, deadline, err));
 		memset(ws->sum, 0, m * sizeof(float));
 		for (int j = 0; j < ws->size; j++)
-			add_slot(ws->sum, pulled + ((size_t)j * n + first) * esz, m, dt);
+			add_slot(ws->sum, pulled + (size_t)j * blk * esz, m, dt);
 		dptp_residual_rmsnorm_ref(ws->sum, (const char *)residual_in + first * esz, gamma,
 					  (char *)residual_out + first * esz, (char *)norm_out + first * esz,
 					  (int)nr, hidden, eps, dt);

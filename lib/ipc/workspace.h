@@ -25,8 +25,9 @@ struct dptp_workspace {
 	size_t used[DPTP_WS_NBUF];   /* bytes per slot the last call through each buffer wrote */
 	float *sum;                  /* scratch: the allreduced x of a block of rows */
 	size_t sum_cap;              /* its elements */
-	void *scratch;               /* a call's pushed x (slot_bytes), then every slot pulled (size slots) */
-	size_t scratch_bytes;
+	void *pulled;                /* scratch: a block of rows of every slot, or of x encoded */
+	size_t pulled_cap;           /* its bytes */
+	bool *after;                 /* [size]: this call's push of group rank j is complete */
 	unsigned calls;
 };
 
