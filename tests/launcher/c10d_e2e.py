@@ -111,13 +111,17 @@ def case_state():
 
 
 def case_elastic_late():
-    # 1:3: node 0 starts alone (world 1), node 1 arrives 4 s later and waits;
+    # 1:3: node 0 starts alone (world 1), node 1 arrives 6 s later and waits;
     # node 0 sees it at its next membership check, both restart in round 1
-    # with world 2, the restart count untouched (membership is no failure)
+    # with world 2, the restart count untouched (membership is no failure).
+    # A waiting node looks at the state once a second (torch's SYNC delay),
+    # so round 1's last call is 3 s: with 1 s, node 1 missed round 1 about
+    # every other run on a loaded machine under ASan and joined round 2
     port = free_port()
-    a = node(0, "1:3", port, "el", ["late", "2"])
-    time.sleep(4)
-    b = node(1, "1:3", port, "el", ["late", "2"])
+    conf = FAST.replace("last_call_timeout=1", "last_call_timeout=3")
+    a = node(0, "1:3", port, "el", ["late", "2"], conf=conf)
+    time.sleep(6)
+    b = node(1, "1:3", port, "el", ["late", "2"], conf=conf)
     (ra, oa, ea), (rb, ob, eb) = finish([a, b])
     check(ra == 0 and rb == 0, "rc %d/%d: %s %s" % (ra, rb, ea, eb))
     la = oa.splitlines()
