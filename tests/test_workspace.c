@@ -60,6 +60,14 @@ static void test_fused(void **state)
 	assert_non_null(ws);
 	const char *algo = NULL;
 	for (int call = 0; call < 4; call++) { /* every Lamport buffer, and around again */
+		/* new inputs each call (what a buffer held before must not come
+		 * back), a -0.0 among them (the "not written" mark's value) */
+		for (int i = 0; i < N; i++) {
+			x[i] = dptp_f32_to_bf16((float)((i + call) % 7) - 3);
+			sum[i] = dptp_bf16_to_f32(x[i]);
+		}
+		x[call] = 0x8000;
+		sum[call] = -0.0f;
 		memset(res_out, 0, sizeof(res_out));
 		assert_int_equal(ops->fused(ws, x, res_in, gamma, res_out, norm_out, T, H, 1e-6f,
 					    dptp_now() + 10, &algo, &err), 0);
