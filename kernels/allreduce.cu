@@ -1,5 +1,6 @@
 /* Fused allreduce + residual add + RMSNorm (one-shot Lamport, two-shot),
  * the residual + RMSNorm kernel, and -0.0 fills. See kernels.h. */
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -10,6 +11,8 @@
 #include "cuda_util.h"
 #include "kernels.h"
 #include "plan.h"
+
+namespace cg = cooperative_groups;
 
 namespace {
 
@@ -225,12 +228,20 @@ __device__ __forceinline__ uint4 lamport_wait(const uint4 *p, uint4 v, unsigned 
 
 /* ---- row math, shared by every kernel so that all agree bit for bit ---- */
 
-/* Sum over the block, in a fixed order; every thread gets the same value. */
-__device__ __forceinline__ float block_sum(float v, float *red)
+/* Sum over the warp (xor butterfly); every lane gets the same value. */
+__device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll
 	for (int o = 16; o > 0; o >>= 1)
 		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+/* Sum over the block: warp sums added in warp order from 0.f; every thread
+ * gets the same value. */
+__device__ __forceinline__ float block_sum(float v, float *red)
+{
+	v = warp_sum(v);
 	const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
 	if ((threadIdx.x & 31) == 0)
 		red[warp] = v;
@@ -299,18 +310,17 @@ template <int VPT, bool REG> struct Gamma {
 	}
 };
 
-/* Reduces ss over the block, normalises the row's ro vectors and stores both
- * outputs; with PUSH ranks (two-shot), also into every other rank's gather area. */
+/* ss is the sum of squares of the row at base (row * hvec): normalises the
+ * ro vectors of thread tid (of nthr on the row) and stores both outputs;
+ * with PUSH ranks (two-shot), also into every other rank's gather area. */
 template <typename T, int VPT, int PUSH, bool GREG, int HINT = 0>
-__device__ __forceinline__ void finish_row(const Params &p, size_t row, const uint4 (&ro)[VPT],
-					   float ss, float *red, const Gamma<VPT, GREG> &gm)
+__device__ __forceinline__ void store_row(const Params &p, size_t base, const uint4 (&ro)[VPT],
+					  float ss, const Gamma<VPT, GREG> &gm, unsigned tid, unsigned nthr)
 {
-	const size_t base = row * (size_t)p.hvec;
-	ss = block_sum(ss, red);
 	const float rstd = rsqrtf(ss * p.inv_hidden + p.eps);
 #pragma unroll
 	for (int k = 0; k < VPT; k++) {
-		const int idx = threadIdx.x + k * blockDim.x;
+		const int idx = tid + k * nthr;
 		if (idx < p.hvec) {
 			const uint4 no = norm_vec<T>(ro[k], gm.get(p.gamma, k, idx), rstd);
 			st_once<HINT>(p.res_out + base + idx, ro[k]);
@@ -324,6 +334,16 @@ __device__ __forceinline__ void finish_row(const Params &p, size_t row, const ui
 			}
 		}
 	}
+}
+
+/* Reduces ss over the block, then store_row. */
+template <typename T, int VPT, int PUSH, bool GREG, int HINT = 0>
+__device__ __forceinline__ void finish_row(const Params &p, size_t row, const uint4 (&ro)[VPT],
+					   float ss, float *red, const Gamma<VPT, GREG> &gm)
+{
+	const size_t base = row * (size_t)p.hvec;
+	ss = block_sum(ss, red);
+	store_row<T, VPT, PUSH, GREG, HINT>(p, base, ro, ss, gm, threadIdx.x, blockDim.x);
 }
 
 /* The last block to finish runs fn (the state update for the next call). */
@@ -353,16 +373,55 @@ template <int F> __device__ __forceinline__ void pdl_enter()
 	}
 }
 
+/* DPTP_NORM_L2PF or DPTP_NORM_L2PF_LINES in F, with DPTP_NORM_PDL: x and
+ * residual_in of row into L2, issued BEFORE the PDL wait, so that the
+ * blocks that become resident while the previous grid drains keep HBM busy
+ * (L2PF: one cp.async.bulk.prefetch.L2 per tensor, threads 0 and 32 of the
+ * row; LINES: one prefetch.global.L2 per 128-byte line, from the thread that
+ * owns the line's first vector, tid of nthr on the row). Safe before the
+ * wait: a prefetch only fills L2 and returns nothing to the thread; L2 is
+ * the GPU's point of coherence for its memory, where every write lands
+ * (this GPU's SMs, and peers' writes over NVLink too), so a line fetched
+ * before the previous kernel writes it is updated in L2 by that write; the
+ * loads themselves come after the wait, and bypass nothing: L1 holds no
+ * line of this row before them. */
+template <int F>
+__device__ __forceinline__ void l2_prefetch_row(const Params &p, size_t row, unsigned tid,
+						unsigned nthr)
+{
+	if constexpr ((F & DPTP_NORM_PDL) && (F & DPTP_NORM_L2PF)) {
+		if (row < p.tokens && (tid == 0 || tid == 32)) {
+			const uint4 *src = (tid == 0 ? p.x : p.res_in) + row * (size_t)p.hvec;
+			asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
+				     "r"((unsigned)p.hvec * 16u)
+				     : "memory");
+		}
+	} else if constexpr ((F & DPTP_NORM_PDL) && (F & DPTP_NORM_L2PF_LINES)) {
+		if (row >= p.tokens)
+			return;
+		const size_t base = row * (size_t)p.hvec;
+		for (unsigned i = tid; i < (unsigned)p.hvec; i += nthr) {
+			const uint4 *a[2] = {p.x + base + i, p.res_in + base + i};
+#pragma unroll
+			for (int j = 0; j < 2; j++)
+				if (i == 0 || ((uintptr_t)a[j] & 127u) == 0)
+					asm volatile("prefetch.global.L2 [%0];" ::"l"(a[j]) : "memory");
+		}
+	}
+}
+
 /* residual_out of one row into ro, vector by vector from lx(k, idx) (x)
- * and lr(k, idx) (residual_in); returns this thread's sum of squares. */
+ * and lr(k, idx) (residual_in), for thread tid of nthr on the row; returns
+ * this thread's sum of squares. */
 template <typename T, int VPT, typename LX, typename LR>
-__device__ __forceinline__ float add_row(int hvec, uint4 (&ro)[VPT], LX lx, LR lr)
+__device__ __forceinline__ float add_row(int hvec, unsigned tid, unsigned nthr, uint4 (&ro)[VPT], LX lx,
+					 LR lr)
 {
 	constexpr int E = Ops<T>::E;
 	float ss = 0.f;
 #pragma unroll
 	for (int k = 0; k < VPT; k++) {
-		const int idx = threadIdx.x + k * blockDim.x;
+		const int idx = tid + k * nthr;
 		if (idx < hvec) {
 			float f[E];
 			Ops<T>::unpack(lx(k, idx), f);
@@ -396,13 +455,15 @@ __device__ __forceinline__ void load_row(const Params &p, size_t row, uint4 (&x)
  * vectors per thread: 8 would spill holding two rows), DPTP_NORM_PDL
  * (programmatic dependent launch: wait for the previous kernel's memory at
  * the start, let the next kernel's blocks be scheduled once all of ours
- * are). One pass over each row: it stays in registers. */
+ * are), DPTP_NORM_L2PF(_LINES) (with PDL: the first row prefetched into L2
+ * before the wait). One pass over each row: it stays in registers. */
 template <typename T, int VPT, int F>
 __global__ void __launch_bounds__(THREADS_MAX) norm_kernel(Params p)
 {
 	constexpr int HINT = (F & DPTP_NORM_HINTS) ? 1 : 0;
 	constexpr bool PREFETCH = (F & DPTP_NORM_PREFETCH) && VPT <= 4;
 	__shared__ float red[32];
+	l2_prefetch_row<F>(p, blockIdx.x, threadIdx.x, blockDim.x);
 	pdl_enter<F>();
 	size_t row = blockIdx.x;
 	if (row >= p.tokens)
@@ -417,7 +478,7 @@ __global__ void __launch_bounds__(THREADS_MAX) norm_kernel(Params p)
 		uint4 ro[VPT];
 		/* without prefetch, vector by vector: all up front spills at 8 */
 		const float ss = add_row<T, VPT>(
-			p.hvec, ro,
+			p.hvec, threadIdx.x, blockDim.x, ro,
 			[&](int k, int idx) { return PREFETCH ? xa[k] : ld_once<HINT>(p.x + base + idx); },
 			[&](int k, int idx) {
 				return PREFETCH ? ra[k] : ld_once<HINT>(p.res_in + base + idx);
@@ -429,6 +490,41 @@ __global__ void __launch_bounds__(THREADS_MAX) norm_kernel(Params p)
 			break;
 		row = next;
 	}
+}
+
+/* DPTP_NORM_PAIR: one row over a cluster of 2 blocks of half the row
+ * kernel's threads (more, smaller blocks to schedule). Block h (its rank in
+ * the cluster) is threads h * blockDim.x.. of the row kernel's block: the
+ * same vectors in the same order per thread. The warp sums of both blocks
+ * are read through distributed shared memory in warp order, from 0.f, as
+ * block_sum adds them: the row's sum, and every output bit, are the row
+ * kernel's. F: DPTP_NORM_PDL, DPTP_NORM_L2PF. */
+template <typename T, int VPT, int F>
+__global__ void __launch_bounds__(THREADS_MAX / 2) norm_pair_kernel(Params p)
+{
+	__shared__ float red[THREADS_MAX / 64];
+	cg::cluster_group cl = cg::this_cluster();
+	const unsigned tid = cl.block_rank() * blockDim.x + threadIdx.x, nthr = 2 * blockDim.x;
+	const size_t row = blockIdx.x >> 1, base = row * (size_t)p.hvec;
+	l2_prefetch_row<F>(p, row, tid, nthr);
+	pdl_enter<F>();
+	uint4 ro[VPT];
+	const float ss = warp_sum(add_row<T, VPT>(
+		p.hvec, tid, nthr, ro, [&](int, int idx) { return p.x[base + idx]; },
+		[&](int, int idx) { return p.res_in[base + idx]; }));
+	const int nwarps = blockDim.x >> 5;
+	if ((threadIdx.x & 31) == 0)
+		red[threadIdx.x >> 5] = ss;
+	cl.sync();
+	float s = 0.f;
+	for (int h = 0; h < 2; h++) {
+		const float *r = cl.map_shared_rank(red, h);
+		for (int w = 0; w < nwarps; w++)
+			s += r[w];
+	}
+	cl.sync(); /* the other block has read our red: it may exit */
+	Gamma<VPT, false> gm;
+	store_row<T, VPT, 0, false>(p, base, ro, s, gm, tid, nthr);
 }
 
 /* 16 bytes global -> shared without registers (cp.async, L2 only; HINT 1:
@@ -505,7 +601,7 @@ __global__ void __launch_bounds__(THREADS_MAX) norm_staged_kernel(Params p)
 		const uint4 *sx = st + (size_t)b * 2 * p.hvec, *sr = sx + p.hvec;
 		uint4 ro[VPT];
 		const float ss = add_row<T, VPT>(
-			p.hvec, ro, [&](int, int idx) { return sx[idx]; },
+			p.hvec, threadIdx.x, blockDim.x, ro, [&](int, int idx) { return sx[idx]; },
 			[&](int, int idx) { return sr[idx]; });
 		finish_row<T, VPT, 0, GREG, HINT>(p, row, ro, ss, red, gm);
 		/* stage b is in registers (the block sum used it): refill it */
@@ -798,6 +894,9 @@ template <typename T, int V, int F> struct RowK {
 template <typename T, int V, int F> struct StagedK {
 	static const void *fn() { return (const void *)norm_staged_kernel<T, V, F>; }
 };
+template <typename T, int V, int F> struct PairK {
+	static const void *fn() { return (const void *)norm_pair_kernel<T, V, F>; }
+};
 
 template <template <typename, int, int> class K, typename T, int F> const void *norm_by_vpt(int vpt)
 {
@@ -810,9 +909,14 @@ template <template <typename, int, int> class K, typename T, int F> const void *
 	}
 }
 
+/* The L2 prefetches only with PDL (without the wait there is nothing to
+ * overlap); other combinations have no kernel (NULL). */
+constexpr int L2PF = DPTP_NORM_PDL | DPTP_NORM_L2PF, L2PF_LINES = DPTP_NORM_PDL | DPTP_NORM_L2PF_LINES;
+
 template <typename T> const void *norm_by_flags(int vpt, int f)
 {
-	switch (f & (DPTP_NORM_HINTS | DPTP_NORM_PREFETCH | DPTP_NORM_PDL)) {
+	switch (f & (DPTP_NORM_HINTS | DPTP_NORM_PREFETCH | DPTP_NORM_PDL | DPTP_NORM_L2PF |
+		     DPTP_NORM_L2PF_LINES)) {
 	case 0: return norm_by_vpt<RowK, T, 0>(vpt);
 	case 1: return norm_by_vpt<RowK, T, 1>(vpt);
 	case 2: return norm_by_vpt<RowK, T, 2>(vpt);
@@ -820,7 +924,21 @@ template <typename T> const void *norm_by_flags(int vpt, int f)
 	case 4: return norm_by_vpt<RowK, T, 4>(vpt);
 	case 5: return norm_by_vpt<RowK, T, 5>(vpt);
 	case 6: return norm_by_vpt<RowK, T, 6>(vpt);
-	default: return norm_by_vpt<RowK, T, 7>(vpt);
+	case 7: return norm_by_vpt<RowK, T, 7>(vpt);
+	case L2PF: return norm_by_vpt<RowK, T, L2PF>(vpt);
+	case L2PF_LINES: return norm_by_vpt<RowK, T, L2PF_LINES>(vpt);
+	default: return NULL;
+	}
+}
+
+/* The cluster-pair kernel: PDL, with or without the bulk L2 prefetch. */
+template <typename T> const void *pair_by_flags(int vpt, int f)
+{
+	switch (f & (DPTP_NORM_HINTS | DPTP_NORM_PREFETCH | DPTP_NORM_PDL | DPTP_NORM_L2PF |
+		     DPTP_NORM_L2PF_LINES)) {
+	case DPTP_NORM_PDL: return norm_by_vpt<PairK, T, DPTP_NORM_PDL>(vpt);
+	case L2PF: return norm_by_vpt<PairK, T, L2PF>(vpt);
+	default: return NULL;
 	}
 }
 
@@ -835,18 +953,23 @@ template <typename T> const void *staged_by_flags(int vpt, int f)
 	}
 }
 
-/* The row kernel, or the staged one (DPTP_NORM_STAGED). */
+template <typename T> const void *norm_of(int vpt, int flags)
+{
+	if (flags & DPTP_NORM_STAGED)
+		return staged_by_flags<T>(vpt, flags);
+	if (flags & DPTP_NORM_PAIR)
+		return pair_by_flags<T>(vpt, flags);
+	return norm_by_flags<T>(vpt, flags);
+}
+
+/* The row kernel, the staged one (DPTP_NORM_STAGED) or the cluster pair
+ * (DPTP_NORM_PAIR). */
 const void *norm_for(enum dptp_dtype dt, int vpt, int flags)
 {
-	const bool staged = (flags & DPTP_NORM_STAGED) != 0;
 	switch (dt) {
-	case DPTP_DTYPE_FP32:
-		return staged ? staged_by_flags<float>(vpt, flags) : norm_by_flags<float>(vpt, flags);
-	case DPTP_DTYPE_FP16:
-		return staged ? staged_by_flags<__half>(vpt, flags) : norm_by_flags<__half>(vpt, flags);
-	case DPTP_DTYPE_BF16:
-		return staged ? staged_by_flags<__nv_bfloat16>(vpt, flags)
-			      : norm_by_flags<__nv_bfloat16>(vpt, flags);
+	case DPTP_DTYPE_FP32: return norm_of<float>(vpt, flags);
+	case DPTP_DTYPE_FP16: return norm_of<__half>(vpt, flags);
+	case DPTP_DTYPE_BF16: return norm_of<__nv_bfloat16>(vpt, flags);
 	}
 	return NULL;
 }
@@ -1124,9 +1247,11 @@ int dptp_cuda_ar_reset(struct dptp_cuda_ar *ar, struct dptp_err *err)
 }
 
 /* The TP 1 kernel: shape from vpt_min; grid one block per row, or what fits
- * (DPTP_NORM_PERSISTENT, DPTP_NORM_STAGED), capped by max_blocks. The
- * staged kernel falls back to the row kernel (same other flags) when two
- * rows do not fit in a block's shared memory. */
+ * (DPTP_NORM_PERSISTENT, DPTP_NORM_STAGED), capped by max_blocks; two
+ * blocks per row in clusters of 2 (DPTP_NORM_PAIR). The staged kernel falls
+ * back to the row kernel (same other flags) when two rows do not fit in a
+ * block's shared memory, the pair when a half is not whole warps or the
+ * grid is capped. */
 static int norm_launch(const struct dptp_ar_args *a, enum dptp_dtype dt, int vpt_min, int flags,
 		       cudaStream_t s, int *grid_out, struct dptp_err *err)
 {
@@ -1148,6 +1273,11 @@ static int norm_launch(const struct dptp_ar_args *a, enum dptp_dtype dt, int vpt
 		flags &= ~(DPTP_NORM_STAGED | DPTP_NORM_BPS(15));
 		smem = 0;
 	}
+	if ((flags & DPTP_NORM_PAIR) &&
+	    (sh.threads % 64 || a->max_blocks > 0 || a->tokens > ((size_t)1 << 29) ||
+	     (flags & (DPTP_NORM_PERSISTENT | DPTP_NORM_STAGED)) || smem))
+		flags &= ~DPTP_NORM_PAIR;
+	const int pair = (flags & DPTP_NORM_PAIR) ? 2 : 1;
 	const void *fn = norm_for(dt, sh.vpt, flags);
 	if (!fn)
 		return dptp_kerr(err, -EINVAL, "residual + RMSNorm: no kernel for this shape");
@@ -1167,17 +1297,26 @@ static int norm_launch(const struct dptp_ar_args *a, enum dptp_dtype dt, int vpt
 	fill_common(k, a, dt, sh);
 	k.stages = stages;
 	if (grid_out)
-		*grid_out = grid;
+		*grid_out = grid * pair;
 	cudaLaunchConfig_t cfg = {};
-	cudaLaunchAttribute attr[1] = {};
-	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	attr[0].val.programmaticStreamSerializationAllowed = 1;
-	cfg.gridDim = dim3(grid);
-	cfg.blockDim = dim3(sh.threads);
+	cudaLaunchAttribute attr[2] = {};
+	unsigned nattr = 0;
+	if (flags & DPTP_NORM_PDL) {
+		attr[nattr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		attr[nattr++].val.programmaticStreamSerializationAllowed = 1;
+	}
+	if (pair == 2) {
+		attr[nattr].id = cudaLaunchAttributeClusterDimension;
+		attr[nattr].val.clusterDim.x = 2;
+		attr[nattr].val.clusterDim.y = 1;
+		attr[nattr++].val.clusterDim.z = 1;
+	}
+	cfg.gridDim = dim3(grid * pair);
+	cfg.blockDim = dim3(sh.threads / pair);
 	cfg.dynamicSmemBytes = smem;
 	cfg.stream = s;
 	cfg.attrs = attr;
-	cfg.numAttrs = (flags & DPTP_NORM_PDL) ? 1 : 0;
+	cfg.numAttrs = nattr;
 	void *args[] = {&k};
 	DPTP_CU_TRY(cudaLaunchKernelExC(&cfg, fn, args), err, "cudaLaunchKernelExC");
 	return 0;

@@ -7,9 +7,10 @@
  * exactly representable inputs: residual_out must be exact, norm_out within
  * one unit in the last place of its dtype (fp32: 16), all ranks and both
  * algorithms bit-identical, and equal to the unfused residual + RMSNorm
- * kernel. Then checks that a missing peer times out instead of hanging, and
- * times fused one-shot / two-shot against the separate residual + RMSNorm
- * kernel.
+ * kernel. Then checks that a missing peer times out instead of hanging,
+ * that chained residual + RMSNorm calls launched back to back (PDL) give
+ * the bits of the same calls synchronised, and times fused one-shot /
+ * two-shot against the separate residual + RMSNorm kernel.
  *
  * Usage: dptp-kernel-selftest [--no-bench] [--quick] [--norm-bench]
  * (--norm-bench: the quick correctness sweep, then only the TP 1 residual +
@@ -767,6 +768,12 @@ static const struct norm_variant norm_variants[] = {
 	{4, DPTP_NORM_PDL | DPTP_NORM_BPS(4)},
 	{4, DPTP_NORM_PDL | DPTP_NORM_BPS(5)},
 	{8, DPTP_NORM_PDL},
+	{2, DPTP_NORM_PDL | DPTP_NORM_L2PF},
+	{2, DPTP_NORM_PDL | DPTP_NORM_L2PF_LINES},
+	{4, DPTP_NORM_PDL | DPTP_NORM_L2PF},
+	{4, DPTP_NORM_PDL | DPTP_NORM_L2PF_LINES},
+	{2, DPTP_NORM_PAIR | DPTP_NORM_PDL},
+	{2, DPTP_NORM_PAIR | DPTP_NORM_PDL | DPTP_NORM_L2PF},
 	{2, DPTP_NORM_PREFETCH | DPTP_NORM_PERSISTENT},
 	{2, DPTP_NORM_STAGED | DPTP_NORM_BPS(1) | DPTP_NORM_PDL},
 	{2, DPTP_NORM_STAGED | DPTP_NORM_BPS(2) | DPTP_NORM_PDL},
@@ -787,6 +794,86 @@ static int launch_variant(const struct norm_variant *v, bool dflt, const struct 
 		return dptp_cuda_residual_rmsnorm(&a, DPTP_DTYPE_BF16, stream, &errbuf);
 	return dptp_cuda_residual_rmsnorm_variant(&a, DPTP_DTYPE_BF16, v->vpt_min, v->flags, stream,
 						  grid, &errbuf);
+}
+
+/* Chained calls, as a model's layers make them: call k's x and residual_in
+ * are call k-1's norm_out and residual_out, from row T - T/4 on, so that
+ * call k's first blocks read the rows call k-1 writes last (the rows past T
+ * hold fixed inputs). Launched back to back, call k's blocks start, and
+ * prefetch into L2 (DPTP_NORM_L2PF), while call k-1 still writes those
+ * rows; the last call's outputs must equal, bit for bit, those of the same
+ * chain with the stream synchronised after every call. For the default and
+ * every variant that does something before the PDL wait. Returns the
+ * variants checked. */
+#define CHAIN_CALLS 8
+static int test_chain(void)
+{
+	const size_t t = 2048, h = 8192, rows = 2 * t, off = (t - t / 4) * h;
+	const size_t bytes = rows * h * 2, out_bytes = t * h * 2;
+	void *stream = NULL, *gamma = NULL, *in[2] = {NULL, NULL}, *buf[2][2];
+	uint16_t *host = malloc(bytes), *want = malloc(2 * out_bytes), *got = malloc(2 * out_bytes);
+	if (!host || !want || !got) {
+		fprintf(stderr, "selftest: out of host memory\n");
+		exit(1);
+	}
+	CHECK(dptp_cuda_stream_create(&stream, &errbuf));
+	CHECK(dptp_cuda_malloc(&gamma, h * 2, &errbuf));
+	for (size_t i = 0; i < h; i++)
+		host[i] = to_bf16(in_gamma(i));
+	CHECK(dptp_cuda_memcpy(gamma, host, h * 2, NULL, &errbuf));
+	/* in[0], buf[.][1]: x-like (norm_out); in[1], buf[.][0]: residual-like */
+	for (int k = 0; k < 2; k++) {
+		for (size_t i = 0; i < rows * h; i++)
+			host[i] = to_bf16(k ? in_res(i) : in_x(0, i));
+		CHECK(dptp_cuda_malloc(&in[k], bytes, &errbuf));
+		CHECK(dptp_cuda_memcpy(in[k], host, bytes, NULL, &errbuf));
+		for (int b = 0; b < 2; b++) {
+			CHECK(dptp_cuda_malloc(&buf[b][!k], bytes, &errbuf));
+			CHECK(dptp_cuda_memcpy(buf[b][!k], host, bytes, NULL, &errbuf));
+		}
+	}
+	const size_t nvar = sizeof(norm_variants) / sizeof(norm_variants[0]);
+	int checked = 0;
+	for (size_t vi = 0; vi < nvar; vi++) {
+		const struct norm_variant *v = &norm_variants[vi];
+		if (vi && !(v->flags & (DPTP_NORM_L2PF | DPTP_NORM_L2PF_LINES | DPTP_NORM_PAIR)))
+			continue;
+		for (int sync = 1; sync >= 0; sync--) {
+			for (int k = 0; k < CHAIN_CALLS; k++) {
+				void **prev = buf[(k + 1) % 2], **cur = buf[k % 2];
+				const struct norm_set b = {
+					.x = k ? (char *)prev[1] + off * 2 : in[0],
+					.res = k ? (char *)prev[0] + off * 2 : in[1],
+					.ro = cur[0], .no = cur[1],
+				};
+				CHECK(launch_variant(v, vi == 0, &b, gamma, t, h, stream, NULL));
+				if (sync)
+					CHECK(dptp_cuda_stream_sync(stream, &errbuf));
+			}
+			CHECK(dptp_cuda_stream_sync(stream, &errbuf));
+			void **last = buf[(CHAIN_CALLS - 1) % 2];
+			uint16_t *dst = sync ? want : got;
+			CHECK(dptp_cuda_memcpy(dst, last[0], out_bytes, NULL, &errbuf));
+			CHECK(dptp_cuda_memcpy(dst + t * h, last[1], out_bytes, NULL, &errbuf));
+		}
+		if (memcmp(want, got, 2 * out_bytes))
+			note_failure("residual+RMSNorm variant %zu: %d chained calls back to back "
+				     "differ from the same calls synchronised", vi, CHAIN_CALLS);
+		checked++;
+	}
+	for (int k = 0; k < 2; k++) {
+		dptp_cuda_free(in[k]);
+		dptp_cuda_free(buf[k][0]);
+		dptp_cuda_free(buf[k][1]);
+	}
+	dptp_cuda_free(gamma);
+	dptp_cuda_stream_destroy(stream);
+	free(host);
+	free(want);
+	free(got);
+	fprintf(stderr, "chained residual+RMSNorm calls (%d, back to back vs synchronised): "
+			"%d variants checked\n", CHAIN_CALLS, checked);
+	return checked;
 }
 
 /* Checks set 0's outputs: residual_out exact; returns the largest norm_out
@@ -863,7 +950,7 @@ static void bench_norm(FILE *js, double copy_gbs)
 	fprintf(stderr, "\nresidual + RMSNorm bf16 vs copy %.1f GB/s (single: median of %d launches, "
 			"each timed alone; b2b: %d launches back to back, median of %d)\n",
 		copy_gbs, ITERS, B2B_CALLS, B2B_REPS);
-	fprintf(stderr, "%-14s %-34s %3s %7s %7s %10s %10s %9s %7s %8s\n", "shape", "variant", "vpt", "threads",
+	fprintf(stderr, "%-14s %-44s %3s %7s %7s %10s %10s %9s %7s %8s\n", "shape", "variant", "vpt", "threads",
 		"grid", "single us", "b2b us", "b2b GB/s", "% copy", "ulp");
 	int firstrow = 1;
 	for (size_t si = 0; si < 2; si++) {
@@ -890,7 +977,7 @@ static void bench_norm(FILE *js, double copy_gbs)
 			CHECK(dptp_cuda_memcpy(sets[k].res, hr, bytes, NULL, &errbuf));
 		}
 		const double cus = copy_b2b_us(2 * bytes, stream, e0, e1);
-		fprintf(stderr, "%5zux%-8zu %-34s %3s %7s %7s %10s %10.1f %9.0f\n", t, h,
+		fprintf(stderr, "%5zux%-8zu %-44s %3s %7s %7s %10s %10.1f %9.0f\n", t, h,
 			"cudaMemcpy of the same bytes", "", "", "", "", cus,
 			4.0 * (double)bytes / (cus * 1e-6) / 1e9);
 		fprintf(js, "%s\n   {\"tokens\": %zu, \"hidden\": %zu, \"variant\": \"copy\", "
@@ -905,7 +992,13 @@ static void bench_norm(FILE *js, double copy_gbs)
 			int grid = 0;
 			/* poison, run once, check every element: the default against a
 			 * float64 reference, the others bit for bit against the default */
-			CHECK(launch_variant(v, false, &sets[0], gamma, t, h, stream, &grid));
+			/* a bench-only variant that cannot launch here is a failure
+			 * of the run, not the end of the table */
+			if (launch_variant(v, false, &sets[0], gamma, t, h, stream, &grid) < 0) {
+				note_failure("residual+RMSNorm %zux%zu variant %zu: %s", t, h, vi,
+					     errbuf.msg);
+				continue;
+			}
 			CHECK(dptp_cuda_stream_sync(stream, &errbuf));
 			CHECK(dptp_cuda_memset(sets[0].ro, 0x7f, bytes, NULL, &errbuf));
 			CHECK(dptp_cuda_memset(sets[0].no, 0x7f, bytes, NULL, &errbuf));
@@ -955,12 +1048,17 @@ static void bench_norm(FILE *js, double copy_gbs)
 					 DPTP_NORM_BPS_OF(v->flags));
 			else
 				snprintf(kind, sizeof(kind), "%s",
-					 v->flags & DPTP_NORM_PERSISTENT ? "persistent" : "row/block");
-			snprintf(name, sizeof(name), "%s%s%s%s%s", vi == 0 ? "default: " : "", kind,
+					 v->flags & DPTP_NORM_PERSISTENT ? "persistent"
+					 : v->flags & DPTP_NORM_PAIR	  ? "row/2-block cluster"
+									  : "row/block");
+			snprintf(name, sizeof(name), "%s%s%s%s%s%s", vi == 0 ? "default: " : "", kind,
 				 v->flags & DPTP_NORM_PREFETCH ? "+prefetch" : "",
 				 v->flags & DPTP_NORM_HINTS ? "+hints" : "",
-				 v->flags & DPTP_NORM_PDL ? "+PDL" : "");
-			fprintf(stderr, "%5zux%-8zu %-34s %3d %7d %7d %10.1f %10.1f %9.0f %6.1f%% %8.2f\n", t,
+				 v->flags & DPTP_NORM_PDL ? "+PDL" : "",
+				 v->flags & DPTP_NORM_L2PF	   ? "+L2 prefetch"
+				 : v->flags & DPTP_NORM_L2PF_LINES ? "+L2 prefetch lines"
+								   : "");
+			fprintf(stderr, "%5zux%-8zu %-44s %3d %7d %7d %10.1f %10.1f %9.0f %6.1f%% %8.2f\n", t,
 				h, name, sh.vpt, sh.threads, grid, us1, us2, gbs, 100.0 * gbs / copy_gbs, ulps);
 			fprintf(js, "%s\n   {\"tokens\": %zu, \"hidden\": %zu, \"default\": %s, "
 				    "\"vpt\": %d, \"threads\": %d, \"grid\": %d, \"flags\": %d, \"variant\": \"%s\", "
@@ -1089,6 +1187,7 @@ int main(int argc, char **argv)
 	double to1 = 0, to2 = 0;
 	test_timeout(&to1, &to2);
 	test_correctness(quick);
+	const int chain_variants = test_chain();
 
 	FILE *js = stdout;
 	fprintf(js, "{\"tool\": \"dptp-kernel-selftest\",\n \"device\": {\"ordinal\": %d, \"name\": \"%s\", "
@@ -1096,6 +1195,8 @@ int main(int argc, char **argv)
 		dev, name, sms, ccmaj, ccmin, pci, uuid, count);
 	fprintf(js, " \"ipc\": \"%s\",\n \"timeout\": {\"oneshot_s\": %.3f, \"twoshot_s\": %.3f},\n",
 		ipc_ok ? "pass" : "fail", to1, to2);
+	fprintf(js, " \"chained_calls\": {\"calls\": %d, \"variants\": %d},\n", CHAIN_CALLS,
+		chain_variants);
 	fprintf(js, " \"correctness\": [");
 	const char *algo_slot[] = {"oneshot", "twoshot", "auto"};
 	int first = 1;
