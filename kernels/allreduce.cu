@@ -378,25 +378,29 @@ template <int F> __device__ __forceinline__ void pdl_enter()
  * blocks that become resident while the previous grid drains keep HBM busy
  * (L2PF: one cp.async.bulk.prefetch.L2 per tensor, threads 0 and 32 of the
  * row; LINES: one prefetch.global.L2 per 128-byte line, from the thread that
- * owns the line's first vector, tid of nthr on the row). Safe before the
+ * owns the line's first vector, tid of nthr on the row). W: which tensors,
+ * 1 x, 2 residual_in, 3 both (norm_kernel calls it after the wait for
+ * DPTP_NORM_L2PF_LATE: both alone, residual_in with L2PF). Safe before the
  * wait: a prefetch only fills L2 and returns nothing to the thread; L2 is
  * the GPU's point of coherence for its memory, where every write lands
  * (this GPU's SMs, and peers' writes over NVLink too), so a line fetched
  * before the previous kernel writes it is updated in L2 by that write; the
  * loads themselves come after the wait, and bypass nothing: L1 holds no
  * line of this row before them. */
-template <int F>
+template <int F, int W = 3>
 __device__ __forceinline__ void l2_prefetch_row(const Params &p, size_t row, unsigned tid,
 						unsigned nthr)
 {
-	if constexpr ((F & DPTP_NORM_PDL) && (F & DPTP_NORM_L2PF)) {
-		if (row < p.tokens && (tid == 0 || tid == 32)) {
+	if constexpr (W == 0 || !(F & DPTP_NORM_PDL)) {
+		return;
+	} else if constexpr (F & (DPTP_NORM_L2PF | DPTP_NORM_L2PF_LATE)) {
+		if (row < p.tokens && (((W & 1) && tid == 0) || ((W & 2) && tid == 32))) {
 			const uint4 *src = (tid == 0 ? p.x : p.res_in) + row * (size_t)p.hvec;
 			asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
 				     "r"((unsigned)p.hvec * 16u)
 				     : "memory");
 		}
-	} else if constexpr ((F & DPTP_NORM_PDL) && (F & DPTP_NORM_L2PF_LINES)) {
+	} else if constexpr ((F & DPTP_NORM_L2PF_LINES) != 0) {
 		if (row >= p.tokens)
 			return;
 		const size_t base = row * (size_t)p.hvec;
@@ -456,15 +460,21 @@ __device__ __forceinline__ void load_row(const Params &p, size_t row, uint4 (&x)
  * (programmatic dependent launch: wait for the previous kernel's memory at
  * the start, let the next kernel's blocks be scheduled once all of ours
  * are), DPTP_NORM_L2PF(_LINES) (with PDL: the first row prefetched into L2
- * before the wait). One pass over each row: it stays in registers. */
+ * before the wait; DPTP_NORM_L2PF_LATE: after it). One pass over each row:
+ * it stays in registers. */
 template <typename T, int VPT, int F>
 __global__ void __launch_bounds__(THREADS_MAX) norm_kernel(Params p)
 {
 	constexpr int HINT = (F & DPTP_NORM_HINTS) ? 1 : 0;
 	constexpr bool PREFETCH = (F & DPTP_NORM_PREFETCH) && VPT <= 4;
+	/* L2 prefetches before / after the PDL wait (l2_prefetch_row's W) */
+	constexpr int PF = (F & (DPTP_NORM_L2PF | DPTP_NORM_L2PF_LINES)) ? 3 : 0;
+	constexpr int BEFORE = (F & DPTP_NORM_L2PF_LATE) ? PF & 1 : PF;
+	constexpr int AFTER = (F & DPTP_NORM_L2PF_LATE) ? 3 & ~BEFORE : 0;
 	__shared__ float red[32];
-	l2_prefetch_row<F>(p, blockIdx.x, threadIdx.x, blockDim.x);
+	l2_prefetch_row<F, BEFORE>(p, blockIdx.x, threadIdx.x, blockDim.x);
 	pdl_enter<F>();
+	l2_prefetch_row<F, AFTER>(p, blockIdx.x, threadIdx.x, blockDim.x);
 	size_t row = blockIdx.x;
 	if (row >= p.tokens)
 		return;
@@ -911,12 +921,13 @@ template <template <typename, int, int> class K, typename T, int F> const void *
 
 /* The L2 prefetches only with PDL (without the wait there is nothing to
  * overlap); other combinations have no kernel (NULL). */
-constexpr int L2PF = DPTP_NORM_PDL | DPTP_NORM_L2PF, L2PF_LINES = DPTP_NORM_PDL | DPTP_NORM_L2PF_LINES;
+constexpr int L2PF = DPTP_NORM_PDL | DPTP_NORM_L2PF, L2PF_LINES = DPTP_NORM_PDL | DPTP_NORM_L2PF_LINES,
+	      L2PF_LATE = DPTP_NORM_PDL | DPTP_NORM_L2PF_LATE, L2PF_SPLIT = L2PF | DPTP_NORM_L2PF_LATE;
 
 template <typename T> const void *norm_by_flags(int vpt, int f)
 {
 	switch (f & (DPTP_NORM_HINTS | DPTP_NORM_PREFETCH | DPTP_NORM_PDL | DPTP_NORM_L2PF |
-		     DPTP_NORM_L2PF_LINES)) {
+		     DPTP_NORM_L2PF_LINES | DPTP_NORM_L2PF_LATE)) {
 	case 0: return norm_by_vpt<RowK, T, 0>(vpt);
 	case 1: return norm_by_vpt<RowK, T, 1>(vpt);
 	case 2: return norm_by_vpt<RowK, T, 2>(vpt);
@@ -927,6 +938,8 @@ template <typename T> const void *norm_by_flags(int vpt, int f)
 	case 7: return norm_by_vpt<RowK, T, 7>(vpt);
 	case L2PF: return norm_by_vpt<RowK, T, L2PF>(vpt);
 	case L2PF_LINES: return norm_by_vpt<RowK, T, L2PF_LINES>(vpt);
+	case L2PF_LATE: return norm_by_vpt<RowK, T, L2PF_LATE>(vpt);
+	case L2PF_SPLIT: return norm_by_vpt<RowK, T, L2PF_SPLIT>(vpt);
 	default: return NULL;
 	}
 }
@@ -935,7 +948,7 @@ template <typename T> const void *norm_by_flags(int vpt, int f)
 template <typename T> const void *pair_by_flags(int vpt, int f)
 {
 	switch (f & (DPTP_NORM_HINTS | DPTP_NORM_PREFETCH | DPTP_NORM_PDL | DPTP_NORM_L2PF |
-		     DPTP_NORM_L2PF_LINES)) {
+		     DPTP_NORM_L2PF_LINES | DPTP_NORM_L2PF_LATE)) {
 	case DPTP_NORM_PDL: return norm_by_vpt<PairK, T, DPTP_NORM_PDL>(vpt);
 	case L2PF: return norm_by_vpt<PairK, T, L2PF>(vpt);
 	default: return NULL;

@@ -49,6 +49,8 @@ int dptp_ar_norm_shape_get(size_t hidden, enum dptp_dtype dt, int vpt_min, struc
 #define DPTP_NORM_L2PF 32	/* with PDL: the block's row of x and residual_in prefetched
 				 * into L2 (one bulk prefetch each) before the PDL wait */
 #define DPTP_NORM_L2PF_LINES 64	/* the same, one prefetch.global.L2 per 128-byte line */
+#define DPTP_NORM_L2PF_LATE 4096	/* with PDL: the bulk prefetch of DPTP_NORM_L2PF, issued
+					 * after the PDL wait; with L2PF: x before, residual after */
 #define DPTP_NORM_PAIR 128	/* a row over a cluster of 2 blocks of half the threads,
 				 * partial sums exchanged through distributed shared memory */
 #define DPTP_NORM_BPS(n) ((n) << 8)	/* at most n blocks a SM (1..15): staged, shared memory

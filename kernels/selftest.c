@@ -770,6 +770,8 @@ static const struct norm_variant norm_variants[] = {
 	{8, DPTP_NORM_PDL},
 	{2, DPTP_NORM_PDL | DPTP_NORM_L2PF},
 	{2, DPTP_NORM_PDL | DPTP_NORM_L2PF_LINES},
+	{2, DPTP_NORM_PDL | DPTP_NORM_L2PF_LATE},
+	{2, DPTP_NORM_PDL | DPTP_NORM_L2PF | DPTP_NORM_L2PF_LATE},
 	{4, DPTP_NORM_PDL | DPTP_NORM_L2PF},
 	{4, DPTP_NORM_PDL | DPTP_NORM_L2PF_LINES},
 	{2, DPTP_NORM_PAIR | DPTP_NORM_PDL},
@@ -836,7 +838,8 @@ static int test_chain(void)
 	int checked = 0;
 	for (size_t vi = 0; vi < nvar; vi++) {
 		const struct norm_variant *v = &norm_variants[vi];
-		if (vi && !(v->flags & (DPTP_NORM_L2PF | DPTP_NORM_L2PF_LINES | DPTP_NORM_PAIR)))
+		if (vi && !(v->flags & (DPTP_NORM_L2PF | DPTP_NORM_L2PF_LINES | DPTP_NORM_L2PF_LATE |
+					DPTP_NORM_PAIR)))
 			continue;
 		for (int sync = 1; sync >= 0; sync--) {
 			for (int k = 0; k < CHAIN_CALLS; k++) {
@@ -1055,8 +1058,11 @@ static void bench_norm(FILE *js, double copy_gbs)
 				 v->flags & DPTP_NORM_PREFETCH ? "+prefetch" : "",
 				 v->flags & DPTP_NORM_HINTS ? "+hints" : "",
 				 v->flags & DPTP_NORM_PDL ? "+PDL" : "",
-				 v->flags & DPTP_NORM_L2PF	   ? "+L2 prefetch"
+				 (v->flags & DPTP_NORM_L2PF) && (v->flags & DPTP_NORM_L2PF_LATE)
+					? "+L2 prefetch x before, res after wait"
+				 : v->flags & DPTP_NORM_L2PF	   ? "+L2 prefetch"
 				 : v->flags & DPTP_NORM_L2PF_LINES ? "+L2 prefetch lines"
+				 : v->flags & DPTP_NORM_L2PF_LATE  ? "+L2 prefetch after wait"
 								   : "");
 			fprintf(stderr, "%5zux%-8zu %-44s %3d %7d %7d %10.1f %10.1f %9.0f %6.1f%% %8.2f\n", t,
 				h, name, sh.vpt, sh.threads, grid, us1, us2, gbs, 100.0 * gbs / copy_gbs, ulps);
