@@ -373,6 +373,23 @@ template <int F> __device__ __forceinline__ void pdl_enter()
 	}
 }
 
+/* bytes (a multiple of 16) at src (16-byte aligned) into L2: one
+ * instruction, the SM's bulk-copy unit fetches them; nothing returns. */
+__device__ __forceinline__ void bulk_prefetch_l2(const void *src, unsigned bytes)
+{
+	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
+/* residual_in of row into L2 when row < end (thread 0): the fused kernels
+ * issue it at their start, before they wait for peers. Safe: residual_in is
+ * this rank's own input, complete before the launch (no PDL there), never
+ * written by a peer. */
+__device__ __forceinline__ void prefetch_res_row(const Params &p, size_t row, size_t end)
+{
+	if (threadIdx.x == 0 && row < end)
+		bulk_prefetch_l2(p.res_in + row * (size_t)p.hvec, (unsigned)p.hvec * 16u);
+}
+
 /* DPTP_NORM_L2PF or DPTP_NORM_L2PF_LINES in F, with DPTP_NORM_PDL: x and
  * residual_in of row into L2, issued BEFORE the PDL wait, so that the
  * blocks that become resident while the previous grid drains keep HBM busy
@@ -394,12 +411,9 @@ __device__ __forceinline__ void l2_prefetch_row(const Params &p, size_t row, uns
 	if constexpr (W == 0 || !(F & DPTP_NORM_PDL)) {
 		return;
 	} else if constexpr (F & (DPTP_NORM_L2PF | DPTP_NORM_L2PF_LATE)) {
-		if (row < p.tokens && (((W & 1) && tid == 0) || ((W & 2) && tid == 32))) {
-			const uint4 *src = (tid == 0 ? p.x : p.res_in) + row * (size_t)p.hvec;
-			asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
-				     "r"((unsigned)p.hvec * 16u)
-				     : "memory");
-		}
+		if (row < p.tokens && (((W & 1) && tid == 0) || ((W & 2) && tid == 32)))
+			bulk_prefetch_l2((tid == 0 ? p.x : p.res_in) + row * (size_t)p.hvec,
+					 (unsigned)p.hvec * 16u);
 	} else if constexpr ((F & DPTP_NORM_L2PF_LINES) != 0) {
 		if (row >= p.tokens)
 			return;
@@ -635,6 +649,7 @@ __global__ void __launch_bounds__(THREADS_MAX, 1) oneshot_kernel(Params p)
 	const unsigned long long clear_elems =
 		*(const volatile unsigned long long *)&ctrl->used[old];
 	const size_t slot_vecs = p.slot_bytes / 16;
+	prefetch_res_row(p, blockIdx.x, p.tokens); /* read in 3., after the exchange */
 
 	/* 1. Clear our buffer of two calls ago (peers write it next call). Each
 	 * block clears, then fences, and only then publishes data: a peer that
@@ -762,6 +777,11 @@ __global__ void __launch_bounds__(THREADS_MAX, 1) twoshot_kernel(Params p)
 	const unsigned ep = ld_volatile_u32(&ctrl->twoshot_epoch);
 	const unsigned flag = ep % 0xfffffffeu + 1u; /* never 0, never last call's */
 	const size_t slot_vecs = p.slot_bytes / 16;
+	{
+		size_t b, e; /* our slice's first row of this block: read in 2. */
+		slice_of(p.tokens, N, p.rank, b, e);
+		prefetch_res_row(p, b + blockIdx.x, e);
+	}
 
 	/* 1. Scatter: rows of slice s go to slot `rank` of rank s's scatter area. */
 	for (int s = 0; s < N; s++) {

@@ -184,9 +184,11 @@ int dptp_cuda_ar_check(struct dptp_cuda_ar *ar, void *stream, struct dptp_err *e
  * max_blocks of a; max_bytes is not limited. One block per row (fewer when
  * max_blocks says so: then blocks loop over rows). Launched with
  * programmatic dependent launch: it still reads nothing before the work
- * before it on the stream is complete, and lets a next kernel launched the
- * same way start early (that kernel must wait, cudaGridDependencySynchronize,
- * before it reads these outputs, as PDL requires). */
+ * before it on the stream is complete (before that it only asks L2 to
+ * prefetch its rows of x, which cannot return stale data: L2 is where every
+ * write lands), and lets a next kernel launched the same way start early
+ * (that kernel must wait, cudaGridDependencySynchronize, before it reads
+ * these outputs, as PDL requires). */
 int dptp_cuda_residual_rmsnorm(const struct dptp_ar_args *a, enum dptp_dtype dt, void *stream,
 			       struct dptp_err *err);
 

@@ -58,13 +58,15 @@ int dptp_ar_norm_shape_get(size_t hidden, enum dptp_dtype dt, int vpt_min, struc
 #define DPTP_NORM_BPS_OF(f) (((f) >> 8) & 15)
 
 /* What dptp_cuda_residual_rmsnorm runs, from the self-test's bench
- * (kernels/NOTES.md): one block per row, 512 x 2 vectors, PDL. A build
- * may set both (-D) to run the self-test's correctness sweep on a variant. */
+ * (kernels/NOTES.md): one block per row, 512 x 2 vectors, PDL, the row's x
+ * prefetched into L2 before the PDL wait and its residual_in after it. A
+ * build may set both (-D) to run the self-test's correctness sweep on a
+ * variant. */
 #ifndef DPTP_NORM_VPT_MIN
 #define DPTP_NORM_VPT_MIN 2
 #endif
 #ifndef DPTP_NORM_FLAGS
-#define DPTP_NORM_FLAGS DPTP_NORM_PDL
+#define DPTP_NORM_FLAGS (DPTP_NORM_PDL | DPTP_NORM_L2PF | DPTP_NORM_L2PF_LATE)
 #endif
 
 /* Bench: the TP 1 residual + RMSNorm kernel with vpt_min vectors per thread
