@@ -885,7 +885,7 @@ __global__ void fill_u16_kernel(unsigned short *p, unsigned short v)
 
 /* The TP 1 kernel's launch (plan.h). */
 constexpr int NORM_VPT_MIN = DPTP_NORM_VPT_MIN;
-constexpr int NORM_FLAGS = DPTP_NORM_FLAGS;
+constexpr int NORM_DEFAULT = -1; /* norm_launch's flags: dptp_ar_norm_default_flags */
 
 template <typename T, int N, int VPT> const void *kernel_of(enum dptp_ar_algo a)
 {
@@ -1284,7 +1284,7 @@ int dptp_cuda_ar_reset(struct dptp_cuda_ar *ar, struct dptp_err *err)
  * blocks per row in clusters of 2 (DPTP_NORM_PAIR). The staged kernel falls
  * back to the row kernel (same other flags) when two rows do not fit in a
  * block's shared memory, the pair when a half is not whole warps or the
- * grid is capped. */
+ * grid is capped. flags NORM_DEFAULT: what the default runs at this shape. */
 static int norm_launch(const struct dptp_ar_args *a, enum dptp_dtype dt, int vpt_min, int flags,
 		       cudaStream_t s, int *grid_out, struct dptp_err *err)
 {
@@ -1297,6 +1297,8 @@ static int norm_launch(const struct dptp_ar_args *a, enum dptp_dtype dt, int vpt
 	struct dptp_ar_shape sh;
 	if (dptp_ar_norm_shape_get(a->hidden, dt, vpt_min, &sh))
 		return dptp_kerr(err, -EINVAL, "residual + RMSNorm: %d vectors per thread", vpt_min);
+	if (flags == NORM_DEFAULT)
+		flags = dptp_ar_norm_default_flags(&sh);
 	int stages = 0;
 	size_t smem = 0;
 	rc = norm_smem(sh.hvec, flags, &stages, &smem, err);
@@ -1362,8 +1364,8 @@ int dptp_cuda_ar_resident_blocks(enum dptp_dtype dt, size_t hidden, int nranks, 
 	if (nranks == 1) {
 		if (dptp_ar_norm_shape_get(hidden, dt, NORM_VPT_MIN, &sh))
 			return dptp_kerr(err, -EINVAL, "hidden %zu not supported", hidden);
-		return resident_cached(norm_for(dt, sh.vpt, NORM_FLAGS & ~DPTP_NORM_STAGED), sh.threads, 0,
-				       blocks, err);
+		const int f = dptp_ar_norm_default_flags(&sh) & ~DPTP_NORM_STAGED;
+		return resident_cached(norm_for(dt, sh.vpt, f), sh.threads, 0, blocks, err);
 	}
 	if (dptp_ar_shape_get(hidden, dt, &sh))
 		return dptp_kerr(err, -EINVAL, "hidden %zu not supported", hidden);
@@ -1393,7 +1395,7 @@ int dptp_cuda_ar_fused(struct dptp_cuda_ar *ar, const struct dptp_ar_args *a, vo
 	if (rc)
 		return rc;
 	if (n == 1) {
-		rc = norm_launch(a, dt, NORM_VPT_MIN, NORM_FLAGS, (cudaStream_t)stream, NULL, err);
+		rc = norm_launch(a, dt, NORM_VPT_MIN, NORM_DEFAULT, (cudaStream_t)stream, NULL, err);
 		if (!rc && used)
 			*used = DPTP_AR_NORM_ONLY;
 		return rc;
@@ -1464,7 +1466,7 @@ int dptp_cuda_ar_check(struct dptp_cuda_ar *ar, void *stream, struct dptp_err *e
 int dptp_cuda_residual_rmsnorm(const struct dptp_ar_args *a, enum dptp_dtype dt, void *stream,
 			       struct dptp_err *err)
 {
-	return norm_launch(a, dt, NORM_VPT_MIN, NORM_FLAGS, (cudaStream_t)stream, NULL, err);
+	return norm_launch(a, dt, NORM_VPT_MIN, NORM_DEFAULT, (cudaStream_t)stream, NULL, err);
 }
 
 int dptp_cuda_residual_rmsnorm_variant(const struct dptp_ar_args *a, enum dptp_dtype dt,

@@ -145,6 +145,14 @@ int dptp_ar_norm_shape_get(size_t hidden, enum dptp_dtype dt, int vpt_min, struc
 	return 0;
 }
 
+int dptp_ar_norm_default_flags(const struct dptp_ar_shape *s)
+{
+	int f = DPTP_NORM_FLAGS;
+	if (s->threads != 512 || s->vpt != 2)
+		f &= ~(DPTP_NORM_L2PF | DPTP_NORM_L2PF_LINES | DPTP_NORM_L2PF_LATE);
+	return f;
+}
+
 void dptp_ar_slice(size_t tokens, int nranks, int s, size_t *begin, size_t *end)
 {
 	/* Balanced: sizes differ by at most one, the largest is ceil(tokens/n). */

@@ -69,6 +69,12 @@ int dptp_ar_norm_shape_get(size_t hidden, enum dptp_dtype dt, int vpt_min, struc
 #define DPTP_NORM_FLAGS (DPTP_NORM_PDL | DPTP_NORM_L2PF | DPTP_NORM_L2PF_LATE)
 #endif
 
+/* The flags of the default launch at shape s: DPTP_NORM_FLAGS, less the L2
+ * prefetches (DPTP_NORM_L2PF, _LINES, _LATE) unless s is the shape where
+ * they were measured to help, 512 threads x 2 vectors (bf16/fp16 hidden
+ * 8192); blocks of 256 threads lost with them (kernels/NOTES.md). */
+int dptp_ar_norm_default_flags(const struct dptp_ar_shape *s);
+
 /* Bench: the TP 1 residual + RMSNorm kernel with vpt_min vectors per thread
  * (see dptp_ar_norm_shape_get) and DPTP_NORM_* flags; otherwise as
  * dptp_cuda_residual_rmsnorm. *grid (may be NULL) gets the blocks launched. */

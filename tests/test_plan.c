@@ -117,6 +117,17 @@ static void test_norm_shape(void **state)
 	assert_int_equal(s.vpt, 4);
 	assert_int_equal(s.threads, 256);
 	assert_true(dptp_ar_norm_shape_get(8192, DPTP_DTYPE_BF16, 3, &s) < 0);
+	/* the default's L2 prefetches only at 512 threads x 2 vectors */
+	assert_int_equal(dptp_ar_norm_shape_get(8192, DPTP_DTYPE_BF16, 2, &s), 0);
+	assert_int_equal(dptp_ar_norm_default_flags(&s), DPTP_NORM_FLAGS);
+	const int l2pf = DPTP_NORM_L2PF | DPTP_NORM_L2PF_LINES | DPTP_NORM_L2PF_LATE;
+	const size_t other[][2] = {{4096, 2}, {16384, 2}, {8192, 4}, {1000, 2}};
+	for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+		assert_int_equal(dptp_ar_norm_shape_get(other[i][0], DPTP_DTYPE_BF16, (int)other[i][1], &s), 0);
+		assert_int_equal(dptp_ar_norm_default_flags(&s), DPTP_NORM_FLAGS & ~l2pf);
+	}
+	assert_int_equal(dptp_ar_norm_shape_get(8192, DPTP_DTYPE_FP32, 2, &s), 0);
+	assert_int_equal(dptp_ar_norm_default_flags(&s) & l2pf, 0);
 	/* the norm kernel's blocks loop over rows: the grid is what fits, or fewer */
 	assert_int_equal(dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, 2048, 0, 264), 264);
 	assert_int_equal(dptp_ar_grid(DPTP_AR_NORM_ONLY, 1, 100, 0, 264), 100);
