@@ -2,6 +2,7 @@
 #include "pmix_srv.h"
 #include "logs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -37,11 +38,13 @@ struct srv_event {
 	pmix_info_cbfunc_t infocb; /* EV_QUERY */
 	pmix_query_t *queries; /* EV_QUERY */
 	size_t nqueries;
+	struct srv_event *next; /* in the stash */
 };
 
 struct pmix_srv_proc {
 	enum pmix_srv_client state;
 	bool started, exited;
+	bool released; /* its client deregistered (pmix_srv_release_client) */
 	pid_t pid;
 	int exitcode;
 };
@@ -470,13 +473,14 @@ static pmix_server_module_t module = {
 	.direct_modex = up_dmodex,
 };
 
+/* cbdata: NULL, or the release generation that posted the operation */
 static void opdone(pmix_status_t status, void *cbdata)
 {
 	struct srv_event *ev = ev_new(EV_OPDONE);
-	(void)cbdata;
 	if (!ev)
 		return;
 	ev->status = status;
+	ev->token = cbdata;
 	post(ev);
 }
 
@@ -764,10 +768,12 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 		PMIX_QUERY_FREE(ev->queries, ev->nqueries);
 		break;
 	case EV_ABORT:
-		if (sink && sink->abort && local_index(s, &ev->proc) >= 0)
-			sink->abort(sink->ctx, ev->proc.rank, ev->abort_status, ev->msg);
+		/* answered first: stopping the job deregisters the caller, and
+		 * OpenPMIx logs an error for a reply to a deregistered client */
 		if (ev->opcb)
 			ev->opcb(PMIX_SUCCESS, ev->cbdata);
+		if (sink && sink->abort && local_index(s, &ev->proc) >= 0)
+			sink->abort(sink->ctx, ev->proc.rank, ev->abort_status, ev->msg);
 		break;
 	}
 	free(ev->msg);
@@ -777,6 +783,38 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 	return done;
 }
 
+static void stash_push(struct pmix_srv *s, struct srv_event *ev)
+{
+	ev->next = NULL;
+	if (!s->stash_end)
+		s->stash_end = &s->stash;
+	*s->stash_end = ev;
+	s->stash_end = &ev->next;
+}
+
+static struct srv_event *stash_pop(struct pmix_srv *s)
+{
+	struct srv_event *ev = s->stash;
+	if (ev && !(s->stash = ev->next))
+		s->stash_end = &s->stash;
+	return ev;
+}
+
+/* Completes the stashed upcalls, oldest first; one of them may stash more
+ * (an abort that stops the job waits for deregistrations): they follow. */
+static void drain_stash(struct pmix_srv *s, const struct pmix_srv_sink *sink)
+{
+	struct srv_event *ev;
+	pmix_status_t st;
+	while ((ev = stash_pop(s)))
+		complete(s, ev, sink, &st);
+}
+
+bool pmix_srv_pending(const struct pmix_srv *s)
+{
+	return s->up && s->stash;
+}
+
 void pmix_srv_dispatch(struct pmix_srv *s, const struct pmix_srv_sink *sink)
 {
 	struct srv_event *batch[64];
@@ -784,22 +822,36 @@ void pmix_srv_dispatch(struct pmix_srv *s, const struct pmix_srv_sink *sink)
 	pmix_status_t st;
 	if (!s->up)
 		return;
-	while ((n = read(s->evpipe[0], batch, sizeof(batch))) > 0)
+	drain_stash(s, sink);
+	/* what a batch's upcall stashes was read after the rest of the batch */
+	while ((n = read(s->evpipe[0], batch, sizeof(batch))) > 0) {
 		for (size_t i = 0; i < (size_t)n / sizeof(batch[0]); i++)
 			complete(s, batch[i], sink, &st);
+		drain_stash(s, sink);
+	}
 }
 
-/* Waits (bounded) for `count` EV_OPDONE events, completing others. */
-static int wait_ops(struct pmix_srv *s, unsigned count, double timeout, const char *what, struct dptp_err *err)
+/* Waits (bounded) for `count` EV_OPDONE events tagged `tag` (late ones of
+ * another tag are dropped). Other upcalls: stash true keeps them, in order,
+ * for the next dispatch (during a job, when only the job's sink may
+ * complete them); false completes them without a sink (between jobs). */
+static int wait_ops_tagged(struct pmix_srv *s, unsigned count, void *tag, bool stash, double timeout, const char *what,
+	struct dptp_err *err)
 {
 	double deadline = dptp_now() + timeout;
 	pmix_status_t first_bad = PMIX_SUCCESS;
+	if (!stash)
+		drain_stash(s, NULL);
 	while (count) {
 		struct srv_event *ev;
 		ssize_t n = read(s->evpipe[0], &ev, sizeof(ev));
 		if (n == (ssize_t)sizeof(ev)) {
 			pmix_status_t st = PMIX_SUCCESS;
-			if (complete(s, ev, NULL, &st)) {
+			if (ev->type == EV_OPDONE && ev->token != tag) {
+				free(ev);
+			} else if (ev->type != EV_OPDONE && stash) {
+				stash_push(s, ev);
+			} else if (complete(s, ev, NULL, &st)) {
 				count--;
 				if (st != PMIX_SUCCESS && first_bad == PMIX_SUCCESS)
 					first_bad = st;
@@ -819,6 +871,12 @@ static int wait_ops(struct pmix_srv *s, unsigned count, double timeout, const ch
 	return 0;
 }
 
+/* Waits (bounded) for `count` untagged EV_OPDONE events, completing others. */
+static int wait_ops(struct pmix_srv *s, unsigned count, double timeout, const char *what, struct dptp_err *err)
+{
+	return wait_ops_tagged(s, count, NULL, false, timeout, what, err);
+}
+
 #define DS21_MIN_LOCAL 16
 
 /* Whether an MCA selection list ("a,b", "^a") lets the hash store in. */
@@ -834,6 +892,55 @@ static bool gds_has_hash(const char *list)
 			return true;
 	}
 	return false;
+}
+
+/* The highest descriptor number open in this process, or -1. */
+static int highest_fd(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int top = -1;
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && atoi(e->d_name) > top)
+			top = atoi(e->d_name);
+	closedir(d);
+	return top;
+}
+
+/* The other half of releasing a live client: OpenPMIx's _deregister_client
+ * closes the socket but leaves its receive (and pending send) events
+ * registered in libevent. A later connection that the kernel gives the same
+ * descriptor number is then never polled (libevent believes the number is
+ * registered already and adds nothing to epoll): the next attempt's worker
+ * hangs in PMIx_Init. So once clients were released, and again before a job
+ * registers, every free number up to the highest one open when they were
+ * released is taken by a placeholder (/dev/null, close-on-exec) for the
+ * server's lifetime: new connections get numbers the library never used. */
+static void hold_released_fds(struct pmix_srv *s)
+{
+	for (;;) {
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		int *v;
+		if (fd < 0)
+			return;
+		if (fd > s->fd_hwm || !(v = realloc(s->fd_holds, (s->nfd_holds + 1) * sizeof(*v)))) {
+			close(fd);
+			return;
+		}
+		v[s->nfd_holds++] = fd;
+		s->fd_holds = v;
+	}
+}
+
+static void drop_fd_holds(struct pmix_srv *s)
+{
+	for (size_t i = 0; i < s->nfd_holds; i++)
+		close(s->fd_holds[i]);
+	free(s->fd_holds);
+	s->fd_holds = NULL;
+	s->nfd_holds = 0;
 }
 
 int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, struct dptp_err *err)
@@ -973,6 +1080,8 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 
 	if (!s->up)
 		return dptp_err_set(err, -ENOTCONN, "pmix server is not running");
+	if (s->fd_hwm > 0)
+		hold_released_fds(s);
 	snprintf(s->nspace, sizeof(s->nspace), "%s", nspace);
 	s->nlocal = nlocal;
 	s->base_rank = base_rank;
@@ -1143,22 +1252,61 @@ void pmix_srv_deregister_job(struct pmix_srv *s)
 	s->procs = NULL;
 }
 
+/* Why the launcher deregisters a worker's client before it signals it.
+ * OpenPMIx (4.2.2 and 5.0: lost_connection in ptl_base_sendrecv.c) adjusts
+ * every collective a client takes part in when its connection drops: once
+ * the node-local participants left have all contributed, it completes the
+ * collective (modex_cbfunc, which the progress thread runs as _mdxcbfunc
+ * later in the same pass). Until that has run, the collective is still
+ * listed and not marked as handed to the host, so every further
+ * participant whose connection drops in the same pass completes it again:
+ * the second _mdxcbfunc runs on the freed tracker (event_del on freed
+ * memory, a SIGSEGV of the launcher, or a double free). A worker that dies
+ * mid-fence opens that window, and the launcher used to signal all the
+ * others at once, whose connections then dropped together. A deregistered
+ * client's connection is closed by the library itself, which takes it out
+ * of its event loop: that worker's death is no lost connection any more. */
+void pmix_srv_release_client(struct pmix_srv *s, unsigned rank)
+{
+	struct pmix_srv_proc *p = proc_of(s, rank);
+	pmix_proc_t proc;
+	int top;
+	if (!s->up || !s->nspace_registered || !p || p->released)
+		return;
+	if (!s->release_gen)
+		s->release_gen = 1;
+	if (!s->releasing && (top = highest_fd()) > s->fd_hwm)
+		s->fd_hwm = top;
+	PMIX_LOAD_PROCID(&proc, s->nspace, rank);
+	/* always calls back; runs the cleanup the client registered */
+	PMIx_server_deregister_client(&proc, opdone, (void *)s->release_gen);
+	p->released = true;
+	s->releasing++;
+}
+
+int pmix_srv_wait_released(struct pmix_srv *s, double timeout, struct dptp_err *err)
+{
+	int rc;
+	if (!s->releasing)
+		return 0;
+	rc = wait_ops_tagged(s, s->releasing, (void *)s->release_gen, true, timeout, "client deregistration", err);
+	s->releasing = 0;
+	s->release_gen++; /* a late callback of this round is not counted in the next */
+	hold_released_fds(s); /* the numbers just closed, before anything else takes one */
+	return rc;
+}
+
 static void release_clients(struct pmix_srv *s)
 {
 	struct dptp_err err = {0};
-	unsigned submitted = 0;
 	if (!s->up || !s->nspace_registered)
 		return;
 	/* a client killed mid-job may not have been noticed yet by the
 	 * progress thread; deregistering it there, after whatever it still
 	 * has queued, runs its epilog now instead of never */
-	for (unsigned i = 0; i < s->nlocal; i++) {
-		pmix_proc_t proc;
-		PMIX_LOAD_PROCID(&proc, s->nspace, s->base_rank + i);
-		PMIx_server_deregister_client(&proc, opdone, NULL); /* always calls back */
-		submitted++;
-	}
-	if (wait_ops(s, submitted, 3.0, "client deregistration", &err) < 0)
+	for (unsigned i = 0; i < s->nlocal; i++)
+		pmix_srv_release_client(s, s->base_rank + i);
+	if (pmix_srv_wait_released(s, 3.0, &err) < 0)
 		fprintf(stderr, "dptp-run: warning: %s; files the workers registered for cleanup may remain\n", err.msg);
 }
 
@@ -1180,6 +1328,7 @@ void pmix_srv_abandon(struct pmix_srv *s)
 	 * connection yet; deregistering the clients there runs their epilogs
 	 * (a bounded wait: a stuck library costs 3 s, not a hang) */
 	release_clients(s);
+	drop_fd_holds(s);
 	free(s->procs);
 	s->procs = NULL;
 	if (s->tmpdir[0]) {
@@ -1197,7 +1346,7 @@ void pmix_srv_finalize(struct pmix_srv *s)
 		PMIx_server_finalize();
 		s->up = false;
 		/* upcalls that raced the shutdown: free them, their library is gone */
-		while (read(s->evpipe[0], &ev, sizeof(ev)) == (ssize_t)sizeof(ev)) {
+		while ((ev = stash_pop(s)) || read(s->evpipe[0], &ev, sizeof(ev)) == (ssize_t)sizeof(ev)) {
 			free(ev->msg);
 			free(ev->data);
 			free(ev->procs);
@@ -1205,6 +1354,7 @@ void pmix_srv_finalize(struct pmix_srv *s)
 		}
 	}
 	ev_write_fd = -1;
+	drop_fd_holds(s);
 	free(s->procs);
 	s->procs = NULL;
 	for (int i = 0; i < 2; i++)

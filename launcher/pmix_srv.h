@@ -9,6 +9,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "rendezvous.h"
@@ -16,6 +17,8 @@
 
 /* Where a local client is in the PMIx protocol. */
 enum pmix_srv_client { PMIX_SRV_CLIENT_NONE, PMIX_SRV_CLIENT_INIT, PMIX_SRV_CLIENT_FINALIZED };
+
+struct srv_event; /* one upcall, private to pmix_srv.c */
 
 struct pmix_srv {
 	bool up;
@@ -28,6 +31,14 @@ struct pmix_srv {
 	unsigned world;
 	struct pmix_srv_proc *procs; /* per local rank of the current job */
 	char exe[256];               /* the workers' executable, for queries */
+	/* upcalls read while waiting for deregistrations during a job, kept
+	 * in order for the next pmix_srv_dispatch */
+	struct srv_event *stash, **stash_end;
+	unsigned releasing;  /* deregistrations posted, not yet waited for */
+	uintptr_t release_gen; /* tags their callbacks: late ones are told apart */
+	int fd_hwm;          /* highest descriptor open when clients were released */
+	int *fd_holds;       /* placeholders on the free numbers up to fd_hwm */
+	size_t nfd_holds;
 	/* counters for tests and --verbose style diagnostics */
 	unsigned long fences, finalized;
 };
@@ -86,6 +97,15 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	struct dptp_err *err);
 /* Adds the PMIx client variables for rank to *env (argv-style, malloc'd). */
 int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct dptp_err *err);
+/* Before the launcher signals a live worker of the current job: deregisters
+ * its client, which closes the server's end of its connection, so that its
+ * death is no lost connection to the library (see pmix_srv.c). Posts only;
+ * pmix_srv_wait_released waits for every posted one. */
+void pmix_srv_release_client(struct pmix_srv *s, unsigned rank);
+/* Waits (bounded) until the library has deregistered every client posted
+ * since the last wait; upcalls that arrive meanwhile wait, in order, for
+ * the next pmix_srv_dispatch. 0, or -ETIMEDOUT/-EIO with err set. */
+int pmix_srv_wait_released(struct pmix_srv *s, double timeout, struct dptp_err *err);
 /* Deregisters the current nspace (and its clients). */
 void pmix_srv_deregister_job(struct pmix_srv *s);
 /* Whether rank (of the current job, on this node) called PMIx_Init and
@@ -100,6 +120,8 @@ void pmix_srv_worker_exited(struct pmix_srv *s, unsigned rank, int exitcode);
 int pmix_srv_notify_local(struct pmix_srv *s, const void *blob, size_t len);
 /* Read end of the event pipe, for poll(); -1 when the server is down. */
 int pmix_srv_fd(const struct pmix_srv *s);
+/* Whether upcalls wait in the stash (poll would not show them). */
+bool pmix_srv_pending(const struct pmix_srv *s);
 /* Completes every posted upcall. */
 void pmix_srv_dispatch(struct pmix_srv *s, const struct pmix_srv_sink *sink);
 /* Stops the server and removes its tmpdir. Accepts a zeroed struct. */

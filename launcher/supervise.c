@@ -114,9 +114,18 @@ static void record(struct job *j, struct worker *w, int exitcode, const char *ab
 static void begin_stop(struct job *j, int sig)
 {
 	char name[32];
+	struct dptp_err err = {0};
 	if (j->stopping)
 		return;
 	j->stopping = true;
+	/* the PMIx server lets go of the workers first: their deaths must not
+	 * drop several connections at once while the library completes a
+	 * collective (pmix_srv_release_client says why) */
+	for (unsigned i = 0; i < j->n; i++)
+		if (j->w[i].alive)
+			pmix_srv_release_client(&j->srv, j->w[i].global_rank);
+	if (pmix_srv_wait_released(&j->srv, 1.0, &err) < 0)
+		logmsg('W', "%s; signalling the workers anyway", err.msg);
 	j->deadline = dptp_now() + j->stop_timeout;
 	for (unsigned i = 0; i < j->n; i++) {
 		struct worker *w = &j->w[i];
@@ -424,7 +433,7 @@ wait:;
 			timeout = j->deadline - now;
 		if (j->alive == 0 && drain_deadline > 0 && drain_deadline - now < timeout)
 			timeout = drain_deadline - now;
-		if (timeout < 0)
+		if (timeout < 0 || pmix_srv_pending(&j->srv)) /* upcalls read during a stop's wait */
 			timeout = 0;
 
 		size_t n = 0, nx;
