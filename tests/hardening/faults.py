@@ -262,6 +262,8 @@ def case_stop():
                 fail("stop", "report %.2f s after the stop (limit --timeout %.0f + 1 s)" % (dt, timeout))
             if rep["summary"]["timeout"] < 1:
                 fail("stop", "summary has no timeout: %s" % rep["summary"])
+            if p.returncode < 0:
+                fail("stop", "dptp-run itself died of signal %d after the stop" % -p.returncode)
             left = leftovers(tag)
             if left:
                 fail("stop", "processes left: %s" % left)
