@@ -1308,6 +1308,7 @@ static void release_clients(struct pmix_srv *s)
 		pmix_srv_release_client(s, s->base_rank + i);
 	if (pmix_srv_wait_released(s, 3.0, &err) < 0)
 		fprintf(stderr, "dptp-run: warning: %s; files the workers registered for cleanup may remain\n", err.msg);
+	drain_stash(s, NULL); /* the job is over: what came meanwhile has no sink */
 }
 
 int pmix_srv_fd(const struct pmix_srv *s)
