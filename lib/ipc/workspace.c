@@ -434,30 +434,30 @@ void dptp_workspace_release(struct dptp_workspace *ws)
 	ws->buf_bytes = 0;
 }
 
+static bool unwritten_at(const void *p, size_t i, bool w32)
+{
+	return w32 ? ((const uint32_t *)p)[i] == 0 : ((const uint16_t *)p)[i] == 0;
+}
+
 /* Index of the first element still "not written" (zero bits) at or after
  * i, or n; in a copy of the slot: eight bytes at a time to the word that
  * holds one. */
 static size_t first_unwritten(const void *p, size_t i, size_t n, enum dptp_dtype dt)
 {
 	const bool w32 = dt == DPTP_DTYPE_FP32;
-	const size_t per = w32 ? 2 : 4; /* elements a word */
-	const uint64_t lo = w32 ? 0x0000000100000001ULL : 0x0001000100010001ULL, hi = lo << (w32 ? 31 : 15);
-	const char *c = p;
-	size_t esz = w32 ? 4 : 2;
-	while (i < n && i % per)
-		if (w32 ? ((const uint32_t *)p)[i] == 0 : ((const uint16_t *)p)[i] == 0)
+	const size_t esz = w32 ? 4 : 2, per = 8 / esz; /* elements a word */
+	const uint64_t lo = w32 ? 0x0000000100000001ULL : 0x0001000100010001ULL, hi = lo << (8 * esz - 1);
+	for (; i < n && i % per; i++)
+		if (unwritten_at(p, i, w32))
 			return i;
-		else
-			i++;
 	for (; i + per <= n; i += per) {
 		uint64_t v;
-		memcpy(&v, c + i * esz, sizeof(v));
+		memcpy(&v, (const char *)p + i * esz, sizeof(v));
 		if ((v - lo) & ~v & hi) /* a zero element in this word */
 			break;
 	}
-	for (; i < n; i++)
-		if (w32 ? ((const uint32_t *)p)[i] == 0 : ((const uint16_t *)p)[i] == 0)
-			break;
+	for (; i < n && !unwritten_at(p, i, w32); i++)
+		;
 	return i;
 }
 

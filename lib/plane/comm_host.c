@@ -202,9 +202,10 @@ static int reduce_range(struct dptp_comm *c, const struct dptp_group *g, const v
 {
 	struct host_impl *h = c->impl;
 	const size_t esz = dptp_dtype_bytes(dt);
-	bool local = group_local(h, g);
-	size_t blk = local ? RED_BLK : hi - lo; /* the bootstrap hands out whole contributions */
-	char *tmp = malloc((size_t)g->size * (local ? RED_BLK : hi) * esz + 1);
+	/* off this host, lo is 0 and the block is everything: the bootstrap
+	 * hands out whole contributions */
+	size_t blk = group_local(h, g) ? RED_BLK : hi - lo;
+	char *tmp = malloc((size_t)g->size * blk * esz + 1);
 	const void **part = calloc((size_t)g->size, sizeof(*part));
 	int rc = tmp && part ? 0 : dptp_err_set(err, -ENOMEM, "out of memory");
 	for (size_t b = lo; rc == 0 && b < hi; b += blk) {
@@ -212,12 +213,9 @@ static int reduce_range(struct dptp_comm *c, const struct dptp_group *g, const v
 		for (int j = 0; rc == 0 && j < g->size; j++) {
 			if (mine && g->ranks[j] == h->rank) {
 				part[j] = (const char *)mine + b * esz;
-			} else if (local) {
-				part[j] = tmp + (size_t)j * RED_BLK * esz;
-				rc = fetch(c, g, j, (void *)part[j], b * esz, m * esz, err);
 			} else {
-				part[j] = tmp + (size_t)j * hi * esz + b * esz;
-				rc = fetch(c, g, j, tmp + (size_t)j * hi * esz, 0, hi * esz, err);
+				part[j] = tmp + (size_t)j * blk * esz;
+				rc = fetch(c, g, j, (void *)part[j], b * esz, m * esz, err);
 			}
 		}
 		if (rc == 0)
