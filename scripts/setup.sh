@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(gcc meson ninja-build pkg-config libpmix-dev libcmocka-dev openmpi-bin libopenmpi-dev python3-mpi4py scdoc python3 iproute2 procps slurmctld slurmd slurm-client munge clang libclang-rt-14-dev valgrind)
+pkgs=(gcc meson ninja-build pkg-config libpmix-dev libcmocka-dev openmpi-bin libopenmpi-dev python3-mpi4py scdoc python3 iproute2 procps slurmctld slurmd slurm-client munge clang libclang-rt-14-dev valgrind python3-torch)
 pkgs+=("$@")
 missing=()
 for p in "${pkgs[@]}"; do
