@@ -308,7 +308,7 @@ static int stack_global(struct dec *d)
 		{"datetime", "timezone", CLS_TIMEZONE},
 		{"datetime", "timedelta", CLS_TIMEDELTA},
 	};
-	unsigned mi, ni;
+	unsigned mi = 0, ni = 0; /* set by pop(); GCC 12 -O3 cannot tell */
 	DPTP_TRY(pop(d, &ni));
 	DPTP_TRY(pop(d, &mi));
 	if (d->v[mi].k != PK_STR || d->v[ni].k != PK_STR)
@@ -325,7 +325,7 @@ static int stack_global(struct dec *d)
 
 static int reduce(struct dec *d)
 {
-	unsigned fi, ai;
+	unsigned fi = 0, ai = 0;
 	DPTP_TRY(pop(d, &ai));
 	DPTP_TRY(pop(d, &fi));
 	const struct pval *f = &d->v[fi], *a = &d->v[ai];
@@ -367,7 +367,7 @@ static int reduce(struct dec *d)
 
 static int run_op(struct dec *d, uint8_t op, bool *stop)
 {
-	unsigned a, b, c;
+	unsigned a = 0, b = 0, c = 0;
 	size_t m = 0;
 	long long id;
 	switch (op) {
