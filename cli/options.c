@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/layout.h"
 #include "checks/check.h"
 
 enum opt_kind {
@@ -396,9 +397,14 @@ int dptp_layouts_parse(const char *s, int world, int (*out)[3], int max, int *n,
 		if (!ok)
 			return dptp_err_set(err, -EINVAL, "invalid value '%s' for --layouts: '%s' is not DPxPPxTP "
 					    "(three sizes 1..4096, e.g. 2x1x2)", s, part);
-		if (world > 0 && v[0] * v[1] * v[2] != world)
-			return dptp_err_set(err, -EINVAL, "--layouts %s: dp %d x pp %d x tp %d = %d, but the world size is %d",
-					    part, v[0], v[1], v[2], v[0] * v[1] * v[2], world);
+		/* up to 4096^3: in 64 bits (in int, 2642x2501x650 wraps to 4) */
+		long long prod = (long long)v[0] * v[1] * v[2];
+		if (prod > DPTP_MAX_WORLD)
+			return dptp_err_set(err, -EINVAL, "invalid value '%s' for --layouts: '%s' has %lld ranks, "
+					    "more than a job can hold (%d)", s, part, prod, DPTP_MAX_WORLD);
+		if (world > 0 && prod != world)
+			return dptp_err_set(err, -EINVAL, "--layouts %s: dp %d x pp %d x tp %d = %lld, but the world size is %d",
+					    part, v[0], v[1], v[2], prod, world);
 		for (int i = 0; i < *n; i++)
 			if (out[i][0] == v[0] && out[i][1] == v[1] && out[i][2] == v[2])
 				return dptp_err_set(err, -EINVAL, "invalid value '%s' for --layouts: '%s' given twice", s, part);

@@ -110,6 +110,15 @@ static void test_mismatch_refused(void **state)
 	assert_int_equal(dptp_layout_init(&l, 6, 0, 0, 4, &err), -22);
 	assert_non_null(strstr(err.msg, "not divisible"));
 	assert_int_equal(dptp_layout_init(&l, 0, 0, 0, 0, &err), -22);
+	/* products that overflow int are refused, never wrapped: 2642*2501*650
+	 * is 2^32 + 4, and 65536*65536 wraps to 0 (a division by zero) */
+	assert_int_equal(dptp_layout_init(&l, 4, 2642, 2501, 650, &err), -22);
+	assert_non_null(strstr(err.msg, "2642*2501*650 is more than the world size 4"));
+	assert_int_equal(dptp_layout_init(&l, 4, 0, 65536, 65536, &err), -22);
+	assert_non_null(strstr(err.msg, "65536*65536 = 4294967296"));
+	assert_int_equal(dptp_layout_init(&l, 4, 4, 2147483647, 2147483647, &err), -22);
+	assert_int_equal(dptp_layout_init(&l, 4, 2147483647, 1, 1, &err), -22);
+	assert_non_null(strstr(err.msg, "= 2147483647 does not match"));
 }
 
 int main(void)

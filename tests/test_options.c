@@ -232,6 +232,13 @@ static void test_layouts(void **state)
 	assert_int_equal(n, 10);
 	assert_int_equal(dptp_layouts_parse("2x2x2", 4, lay, DPTP_MAX_LAYOUTS, &n, &err), -EINVAL);
 	assert_string_equal(err.msg, "--layouts 2x2x2: dp 2 x pp 2 x tp 2 = 8, but the world size is 4");
+	/* 2642*2501*650 = 2^32 + 4: in int it wrapped to 4 and matched */
+	assert_int_equal(dptp_layouts_parse("2642x2501x650", 4, lay, DPTP_MAX_LAYOUTS, &n, &err), -EINVAL);
+	assert_string_equal(err.msg, "invalid value '2642x2501x650' for --layouts: '2642x2501x650' has 4294967300 "
+			    "ranks, more than a job can hold (4096)");
+	BAD("invalid value '2x2x2,4096x4096x4096' for --layouts: '4096x4096x4096' has 68719476736 ranks, "
+	    "more than a job can hold (4096)", "--layouts", "2x2x2,4096x4096x4096");
+	assert_int_equal(dptp_layouts_parse("4096x1x1,1x1x4096", 4096, lay, DPTP_MAX_LAYOUTS, &n, &err), 0);
 }
 
 static void test_bad_names(void **state)

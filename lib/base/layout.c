@@ -13,17 +13,23 @@ int dptp_layout_init(struct dptp_layout *l, int world, int dp, int pp, int tp,
 		tp = 1;
 	if (pp == 0)
 		pp = 1;
+	/* products of sizes up to INT_MAX: in 64 bits, never wrapped */
+	int64_t tpp = (int64_t)tp * pp;
 	if (dp == 0) {
-		if (world % (tp * pp))
+		if (world % tpp)
 			return dptp_err_set(err, -EINVAL,
-				"world size %d is not divisible by tp*pp = %d*%d = %d",
-				world, tp, pp, tp * pp);
-		dp = world / (tp * pp);
+				"world size %d is not divisible by tp*pp = %d*%d = %lld",
+				world, tp, pp, (long long)tpp);
+		dp = (int)(world / tpp);
 	}
-	if ((long)dp * pp * tp != world)
+	if (tpp > world) /* and tpp * dp might not fit even in 64 bits */
 		return dptp_err_set(err, -EINVAL,
-			"dp*pp*tp = %d*%d*%d = %ld does not match the world size %d",
-			dp, pp, tp, (long)dp * pp * tp, world);
+			"dp*pp*tp = %d*%d*%d is more than the world size %d", dp, pp, tp, world);
+	int64_t all = tpp * dp;
+	if (all != world)
+		return dptp_err_set(err, -EINVAL,
+			"dp*pp*tp = %d*%d*%d = %lld does not match the world size %d",
+			dp, pp, tp, (long long)all, world);
 	l->world = world;
 	l->dp = dp;
 	l->pp = pp;

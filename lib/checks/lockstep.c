@@ -272,11 +272,13 @@ static int serve_step(struct dptp_ctx *c, struct state *s, int step)
 		rc = enter(c, s, k + 2, OP_ALLREDUCE, DPTP_GROUP_TP, send, n, s->buf);
 	int tp = c->tp.size;
 	for (size_t t = 0; rc == 0 && t < n; t++) {
-		int32_t sum = 0, want = (int)t < ntok ? token_id(c, myd, step, (int)t) * tp * (tp + 1) / 2 : 0;
+		/* modulo 2^32 on both sides: id * tp(tp+1)/2 passes INT32_MAX from tp 256 */
+		uint32_t sum = 0, want = (int)t < ntok ? (uint32_t)token_id(c, myd, step, (int)t) *
+							(uint32_t)((int64_t)tp * (tp + 1) / 2) : 0;
 		for (int i = 0; i < tp; i++)
-			sum += s->buf[(size_t)i * n + t];
+			sum += (uint32_t)s->buf[(size_t)i * n + t];
 		if (sum != want) {
-			wrong_data(s, k + 2, "activation sum of token", (int)t, sum);
+			wrong_data(s, k + 2, "activation sum of token", (int)t, (int)sum);
 			break;
 		}
 	}
