@@ -177,7 +177,7 @@ static int sync_state(struct rendezvous *r, int *has_set, struct dptp_err *err)
 		free(raw);
 		if (rc < 0) {
 			free(cur.data);
-			dptp_err_prefix(err, "key '/%s': ", c->key);
+			dptp_err_prefix(err, "key '/%s'", c->key);
 			return rc;
 		}
 	}

@@ -1,6 +1,8 @@
 /* torch's pickled c10d rendezvous state (see rdzv_state.h). */
 #include "rdzv_state.h"
 
+#include "base/utf8.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #define MAX_VALUES (1u << 20)
 #define MAX_STACK (1u << 16)
 #define MAX_INPUT (8u << 20)
+#define TD_MAX_DAYS 999999999 /* datetime.timedelta.max.days */
 
 /* ---- time ------------------------------------------------------------- */
 
@@ -50,7 +53,7 @@ long long rdzv_now_us(void)
  * minute, second, microsecond (3, big-endian). */
 static int dt_from_bytes(const uint8_t *b, long long *us)
 {
-	unsigned y = (unsigned)b[0] << 8 | b[1], mo = b[2], d = b[3], h = b[4], mi = b[5], s = b[6];
+	unsigned y = (unsigned)b[0] << 8 | b[1], mo = b[2] & 0x7f /* the top bit is fold */, d = b[3], h = b[4], mi = b[5], s = b[6];
 	unsigned long usec = (unsigned long)b[7] << 16 | (unsigned long)b[8] << 8 | b[9];
 	if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 59 || usec > 999999)
 		return -1;
@@ -286,6 +289,10 @@ static int take_str(struct dec *d, enum pk k, size_t len)
 	d->at += len;
 	if (k == PK_STR && strlen(v->s) != len)
 		return bad(d, "a string with a NUL byte");
+	/* pickle reads str with errors="surrogatepass": surrogates pass,
+	 * anything else that is not UTF-8 stops the load */
+	if (k == PK_STR && !dptp_utf8_valid((const uint8_t *)v->s, len, DPTP_UTF8_SURROGATES))
+		return bad(d, "a string that is not UTF-8");
 	return push(d, id);
 }
 
@@ -337,7 +344,14 @@ static int reduce(struct dec *d)
 	case CLS_TIMEDELTA: {
 		if (a->n != 3 || d->v[it[0]].k != PK_INT || d->v[it[1]].k != PK_INT || d->v[it[2]].k != PK_INT)
 			return bad(d, "timedelta arguments are not (days, seconds, microseconds)");
-		long long us = ((d->v[it[0]].i * 86400) + d->v[it[1]].i) * 1000000 + d->v[it[2]].i;
+		/* Python normalises (days, seconds, microseconds) and refuses a
+		 * result past +-999999999 days (OverflowError); 128 bits hold any
+		 * three 64-bit arguments, so nothing wraps on the way. */
+		__int128 t = ((__int128)d->v[it[0]].i * 86400 + d->v[it[1]].i) * 1000000 + d->v[it[2]].i;
+		const __int128 lim = (__int128)TD_MAX_DAYS * 86400 * 1000000;
+		if (t < -lim || t >= lim + (__int128)86400 * 1000000)
+			return bad(d, "a timedelta past %d days", TD_MAX_DAYS);
+		long long us = (long long)t;
 		if ((id = newval(d, PK_TD)) >= 0)
 			d->v[id].i = us;
 		return push(d, id);
@@ -400,12 +414,14 @@ static int run_op(struct dec *d, uint8_t op, bool *stop)
 		if (d->sp == 0)
 			return bad(d, "MEMOIZE on an empty stack");
 		if (d->nmemo == d->capmemo) {
+			/* The cap is checked before the memo grows: a grown block is
+			 * d->memo at once, so nothing is freed twice. */
 			size_t cm = d->capmemo ? d->capmemo * 2 : 64;
-			unsigned *nm = realloc(d->memo, cm * sizeof(*nm));
-			if (cm > MAX_VALUES || !nm) {
-				free(nm == d->memo ? NULL : nm);
-				return bad(d, "memo too large");
-			}
+			unsigned *nm;
+			if (cm > MAX_VALUES)
+				return bad(d, "memo too large (more than %u entries)", MAX_VALUES);
+			if (!(nm = realloc(d->memo, cm * sizeof(*nm))))
+				return dptp_err_set(d->err, -ENOMEM, "out of memory");
 			d->memo = nm;
 			d->capmemo = cm;
 		}
@@ -521,13 +537,14 @@ static int run_op(struct dec *d, uint8_t op, bool *stop)
 	}
 }
 
-/* The value of attribute name in a built object's dict, or -1. */
+/* The value of attribute name in a built object's dict, or -1. A name set
+ * twice keeps its last value, as a Python dict does. */
 static long long attr(const struct dec *d, const struct pval *obj, const char *name)
 {
 	const struct pval *dict = &d->v[obj->dict];
-	for (size_t i = 0; i + 1 < dict->n; i += 2)
-		if (d->v[dict->items[i]].k == PK_STR && !strcmp(d->v[dict->items[i]].s, name))
-			return dict->items[i + 1];
+	for (size_t i = dict->n & ~(size_t)1; i >= 2; i -= 2)
+		if (d->v[dict->items[i - 2]].k == PK_STR && !strcmp(d->v[dict->items[i - 2]].s, name))
+			return dict->items[i - 1];
 	return -1;
 }
 
@@ -569,6 +586,29 @@ static int node_of(struct dec *d, unsigned id, struct rdzv_nd *nd)
 	return 0;
 }
 
+/* Node id into list[0..*n) as a Python dict (val: its value, of kind vk)
+ * or set (vals NULL) takes it: a node equal to one already there is the
+ * same key, so a set keeps the first and a dict the first key with the
+ * last value. */
+static int put_node(struct dec *d, unsigned id, unsigned val, enum pk vk, struct rdzv_nd *list, long long *vals,
+		    unsigned *n, const char *what)
+{
+	struct rdzv_nd nd;
+	DPTP_TRY(node_of(d, id, &nd));
+	if (vals && d->v[val].k != vk)
+		return bad(d, "%s is not %s", what, vk == PK_INT ? "an int" : "a datetime");
+	int at = rdzv_nd_find(list, *n, &nd);
+	if (at < 0) {
+		if (*n == RDZV_MAX_NODES)
+			return dptp_err_set(d->err, -E2BIG, "the rendezvous state has more than %d nodes", RDZV_MAX_NODES);
+		at = (int)(*n)++;
+		list[at] = nd;
+	}
+	if (vals)
+		vals[at] = d->v[val].i;
+	return 0;
+}
+
 static int to_state(struct dec *d, unsigned top, struct rdzv_state *s)
 {
 	static const char *const names[] = {"round", "complete", "deadline", "closed", "participants", "wait_list",
@@ -590,24 +630,19 @@ static int to_state(struct dec *d, unsigned top, struct rdzv_state *s)
 	s->closed = cl->i;
 	s->has_deadline = dl->k == PK_DT;
 	s->deadline_us = s->has_deadline ? dl->i : 0;
-	if (pa->n / 2 > RDZV_MAX_NODES || wl->n > RDZV_MAX_NODES || rl->n > RDZV_MAX_NODES || hb->n / 2 > RDZV_MAX_NODES)
+	/* Entries written twice are bounded before they are folded: torch
+	 * never writes a node twice, and folding is quadratic. */
+	if (pa->n / 2 > 4 * RDZV_MAX_NODES || wl->n > 4 * RDZV_MAX_NODES || rl->n > 4 * RDZV_MAX_NODES ||
+	    hb->n / 2 > 4 * RDZV_MAX_NODES)
 		return dptp_err_set(d->err, -E2BIG, "the rendezvous state has more than %d nodes", RDZV_MAX_NODES);
-	for (size_t i = 0; i < pa->n; i += 2) {
-		DPTP_TRY(node_of(d, pa->items[i], &s->part[s->npart]));
-		if (d->v[pa->items[i + 1]].k != PK_INT)
-			return bad(d, "a participant's rank is not an int");
-		s->rank[s->npart++] = d->v[pa->items[i + 1]].i;
-	}
+	for (size_t i = 0; i < pa->n; i += 2)
+		DPTP_TRY(put_node(d, pa->items[i], pa->items[i + 1], PK_INT, s->part, s->rank, &s->npart, "a participant's rank"));
 	for (size_t i = 0; i < wl->n; i++)
-		DPTP_TRY(node_of(d, wl->items[i], &s->wait[s->nwait++]));
+		DPTP_TRY(put_node(d, wl->items[i], 0, PK_NONE, s->wait, NULL, &s->nwait, NULL));
 	for (size_t i = 0; i < rl->n; i++)
-		DPTP_TRY(node_of(d, rl->items[i], &s->redund[s->nredund++]));
-	for (size_t i = 0; i < hb->n; i += 2) {
-		DPTP_TRY(node_of(d, hb->items[i], &s->heart[s->nheart]));
-		if (d->v[hb->items[i + 1]].k != PK_DT)
-			return bad(d, "a heartbeat is not a datetime");
-		s->heart_us[s->nheart++] = d->v[hb->items[i + 1]].i;
-	}
+		DPTP_TRY(put_node(d, rl->items[i], 0, PK_NONE, s->redund, NULL, &s->nredund, NULL));
+	for (size_t i = 0; i < hb->n; i += 2)
+		DPTP_TRY(put_node(d, hb->items[i], hb->items[i + 1], PK_DT, s->heart, s->heart_us, &s->nheart, "a heartbeat"));
 	return 0;
 }
 

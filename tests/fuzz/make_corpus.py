@@ -79,3 +79,12 @@ for a in [L(4, 2, 1, 2) + b"bcast-global-src,opid-seeded", L(8, 0, 2, 2) + b"all
           L(4, 3, 1, 2) + b"none", L(16, 2, 2, 4) + b"dispatch-ep-group,dispatch-ep-group",
           L(1, 0, 0, 0) + b"", L(4096, 0, 0, 4096) + b"world-workspace,device-tp-rank"]:
     put("layout", a)
+
+# c10d rendezvous states: every state torch 2.11 wrote (the captures) and
+# the Python-pickled cases, good and bad (tests/data/c10d)
+for name in ("c10d_fixed_states_2.11.txt", "c10d_elastic_latejoin_states_2.11.txt", "python_states.txt"):
+    with open(os.path.join(root, "tests", "data", "c10d", name)) as f:
+        lines = f.read().split("\n")
+    for prev, line in zip(lines, lines[1:]):
+        if prev.startswith("== ") and re.fullmatch(r"[0-9a-f]{8,}", line):
+            put("rdzv_state", bytes.fromhex(line))

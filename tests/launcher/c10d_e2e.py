@@ -193,6 +193,27 @@ def case_signals():
     check("Worker group FAILED. 1/1 attempts left" in err and "death signal during the rendezvous" in err, err)
 
 
+def case_hostile_state():
+    # Anyone who reaches the store port can write the rendezvous state. A
+    # memo bomb (2^20 + 1 MEMOIZE) crashed dptp-run in its decoder (a double
+    # free); a valid-looking state with a UTC offset of 2^53 days wrapped to
+    # UTC. Each is refused: exit 1, the reason and the key named, no signal.
+    import base64
+    from store_probe import Store
+    bomb = b"\x80\x04N" + b"\x94" * ((1 << 20) + 1) + b"."
+    with open(os.path.join(HERE, "..", "data", "c10d", "python_states.txt")) as f:
+        lines = f.read().split("\n")
+    huge = bytes.fromhex(lines[lines.index("== bad_huge_utc_offset") + 1])
+    for name, state, why in (("bomb", bomb, "memo too large"), ("tz", huge, "a timedelta past 999999999 days")):
+        port = free_port()
+        p = node(0, 2, port, "hs" + name, ["env"], conf=FAST + ",is_host=1")
+        st = Store("127.0.0.1", port)
+        st.set("torch.rendezvous.hs" + name, base64.b64encode(state))
+        rc, out, err = finish([p], 60)[0]
+        check(rc == 1, "%s: rc %d (a signal is negative): %s" % (name, rc, err[-2000:]))
+        check(why in err and "key '/torch.rendezvous.hs%s'" % name in err, "%s: %s" % (name, err[-2000:]))
+
+
 def case_conf():
     # --rdzv-conf values as torch checks them
     for conf, msg in (("join_timeout=x", "The rendezvous configuration option 'join_timeout' does not represent a valid integer value."),
