@@ -102,6 +102,96 @@ static const char trace_nccl_queue[] =
 	"00000696e69742f\n"
 	;
 
+/* tcpstore_ops_trace_1.13.txt (capture_legacy.py: torch 1.13, no VALIDATE,
+ * queries numbered from SET = 0; connection 4 watches "/w") */
+static const char trace_legacy[] =
+	"# c.set('k','v1')\n"
+	"1> 0002000000000000002f6b02000000000000007631\n"
+	"# c.get('k')\n"
+	"1> 05010000000000000002000000000000002f6b\n"
+	"1< 00\n"
+	"1> 0202000000000000002f6b\n"
+	"1< 02000000000000007631\n"
+	"# c.add('n',5)\n"
+	"1> 0302000000000000002f6e0500000000000000\n"
+	"1< 0500000000000000\n"
+	"# c.add('n',-7)\n"
+	"1> 0302000000000000002f6ef9ffffffffffffff\n"
+	"1< feffffffffffffff\n"
+	"# c.compare_set('k','v1','v2')\n"
+	"1> 0102000000000000002f6b0200000000000000763102000000000000007632\n"
+	"1< 02000000000000007632\n"
+	"# c.compare_set('k','zz','v3')\n"
+	"1> 0102000000000000002f6b02000000000000007a7a02000000000000007633\n"
+	"1< 02000000000000007632\n"
+	"# c.compare_set('fresh','','f')\n"
+	"1> 0106000000000000002f66726573680000000000000000010000000000000066\n"
+	"1< 010000000000000066\n"
+	"# c.compare_set('none','e','d')\n"
+	"1> 0105000000000000002f6e6f6e65010000000000000065010000000000000064\n"
+	"1< 010000000000000065\n"
+	"# c.num_keys()\n"
+	"1> 06\n"
+	"1< 0300000000000000\n"
+	"# c.delete_key('n')\n"
+	"1> 0802000000000000002f6e\n"
+	"1< 0100000000000000\n"
+	"# c.delete_key('n')\n"
+	"1> 0802000000000000002f6e\n"
+	"1< 0000000000000000\n"
+	"# c.wait(['k'])\n"
+	"1> 05010000000000000002000000000000002f6b\n"
+	"1< 00\n"
+	"# c.wait(['zz'],T(seconds=0.5)): times out in the client, no cancel\n"
+	"1> 05010000000000000003000000000000002f7a7a\n"
+	"# c.get('fresh')\n"
+	"1> 05010000000000000006000000000000002f6672657368\n"
+	"1< 00\n"
+	"1> 0206000000000000002f6672657368\n"
+	"1< 010000000000000066\n"
+	"# CHECK ['/k','/q']\n"
+	"3> 04020000000000000002000000000000002f6b02000000000000002f71\n"
+	"3< 01\n"
+	"# CHECK ['/k']\n"
+	"3> 04010000000000000002000000000000002f6b\n"
+	"3< 00\n"
+	"# WATCH_KEY '/w' (on a connection of its own)\n"
+	"4> 0702000000000000002f77\n"
+	"4< 03\n"
+	"# WAIT ['/w'] (answered by the SET below)\n"
+	"3> 05010000000000000002000000000000002f77\n"
+	"# SET '/w'='a': KEY_CREATED\n"
+	"3> 0002000000000000002f77010000000000000061\n"
+	"4< 0102000000000000002f770000000000000000010000000000000061\n"
+	"3< 00\n"
+	"# SET '/w'='b': KEY_UPDATED\n"
+	"3> 0002000000000000002f77010000000000000062\n"
+	"4< 0002000000000000002f77010000000000000061010000000000000062\n"
+	"# ADD '/w' on a text value closes the connection: not replayed\n"
+	"# COMPARE_SET '/w' 'b' -> 'c': KEY_UPDATED\n"
+	"3> 0102000000000000002f77010000000000000062010000000000000063\n"
+	"4< 0002000000000000002f77010000000000000062010000000000000063\n"
+	"3< 010000000000000063\n"
+	"# COMPARE_SET '/w' 'x' -> 'y': no message\n"
+	"3> 0102000000000000002f77010000000000000078010000000000000079\n"
+	"3< 010000000000000063\n"
+	"# DELETE_KEY '/w': KEY_DELETED\n"
+	"3> 0802000000000000002f77\n"
+	"4< 0202000000000000002f77010000000000000063\n"
+	"3< 0100000000000000\n"
+	"# ADD '/w' 3: KEY_CREATED\n"
+	"3> 0302000000000000002f770300000000000000\n"
+	"4< 00000000000000000102000000000000002f770000000000000000010000000000000033\n"
+	"3< 0300000000000000\n"
+	"# ADD '/w' 4: KEY_UPDATED\n"
+	"3> 0302000000000000002f770400000000000000\n"
+	"3< 0700000000000000\n"
+	"4< 0002000000000000002f77010000000000000033010000000000000037\n"
+	"# GETNUMKEYS\n"
+	"3> 06\n"
+	"3< 0300000000000000\n"
+	;
+
 /* static_2node_trace_2.11.txt */
 static const char trace_static[] =
 	"1> 00cef7853c0dcd010000\n"
@@ -594,24 +684,30 @@ static void replay_against_server(const struct trace *t, uint16_t port)
 	}
 }
 
-static void test_server_bytes_ops(void **state)
+/* A whole trace against a fresh server. */
+static void replay_on_new_server(const char *text)
 {
 	struct trace t;
-	trace_parse(trace_ops, &t);
+	trace_parse(text, &t);
 	struct dptp_tcpstore_server *s = server_up(0);
 	replay_against_server(&t, dptp_tcpstore_server_port(s));
 	dptp_tcpstore_server_destroy(s);
 	trace_free(&t);
 }
 
+static void test_server_bytes_ops(void **state)
+{
+	replay_on_new_server(trace_ops);
+}
+
 static void test_server_bytes_nccl_queue(void **state)
 {
-	struct trace t;
-	trace_parse(trace_nccl_queue, &t);
-	struct dptp_tcpstore_server *s = server_up(0);
-	replay_against_server(&t, dptp_tcpstore_server_port(s));
-	dptp_tcpstore_server_destroy(s);
-	trace_free(&t);
+	replay_on_new_server(trace_nccl_queue);
+}
+
+static void test_server_bytes_legacy(void **state)
+{
+	replay_on_new_server(trace_legacy);
 }
 
 static void test_server_bytes_static_rdzv(void **state)
@@ -643,8 +739,10 @@ static void test_server_bytes_static_rdzv(void **state)
 
 /* ---- the pure scanner -------------------------------------------------------- */
 
-static void scan_trace(const char *text)
+static void scan_trace(const char *text, bool legacy)
 {
+	int (*scan)(const void *, size_t, const struct dptp_tcpstore_limits *, size_t *) =
+		legacy ? dptp_tcpstore_scan_legacy_request : dptp_tcpstore_scan_request;
 	struct trace t;
 	trace_parse(text, &t);
 	for (size_t i = 0; i < t.n; i++) {
@@ -655,12 +753,12 @@ static void scan_trace(const char *text)
 		size_t off = 0;
 		while (off < s->len) {
 			size_t n = 0;
-			assert_int_equal(dptp_tcpstore_scan_request(s->bytes + off, s->len - off, NULL, &n), 1);
+			assert_int_equal(scan(s->bytes + off, s->len - off, NULL, &n), 1);
 			assert_true(n > 0 && off + n <= s->len);
 			/* every strict prefix asks for more, and for no more than it needs */
 			for (size_t k = 0; k < n; k++) {
 				size_t need = 0;
-				assert_int_equal(dptp_tcpstore_scan_request(s->bytes + off, k, NULL, &need), 0);
+				assert_int_equal(scan(s->bytes + off, k, NULL, &need), 0);
 				assert_true(need > k && need <= n);
 			}
 			off += n;
@@ -671,9 +769,58 @@ static void scan_trace(const char *text)
 
 static void test_scan_captured_frames(void **state)
 {
-	scan_trace(trace_ops);
-	scan_trace(trace_nccl_queue);
-	scan_trace(trace_static);
+	scan_trace(trace_ops, false);
+	scan_trace(trace_nccl_queue, false);
+	scan_trace(trace_static, false);
+	scan_trace(trace_legacy, true);
+}
+
+/* Dialects: the first bytes tell them apart; the numbering maps both ways. */
+static void test_dialects(void **state)
+{
+	static const uint8_t legacy_set[] = {0x00, 0x02, 0, 0, 0, 0, 0, 0, 0, '/', 'k', 0, 0, 0, 0, 0, 0, 0, 0};
+	assert_int_equal(dptp_tcpstore_dialect_of(validate_frame, 0), DPTP_TCPSTORE_DIALECT_UNKNOWN);
+	for (size_t n = 1; n < 5; n++)
+		assert_int_equal(dptp_tcpstore_dialect_of(validate_frame, n), DPTP_TCPSTORE_DIALECT_UNKNOWN);
+	assert_int_equal(dptp_tcpstore_dialect_of(validate_frame, 5), DPTP_TCPSTORE_DIALECT_CURRENT);
+	assert_int_equal(dptp_tcpstore_dialect_of(legacy_set, 2), DPTP_TCPSTORE_DIALECT_LEGACY);
+	uint8_t get[] = {DPTP_TCPSTORE_LEGACY_GET};
+	assert_int_equal(dptp_tcpstore_dialect_of(get, 1), DPTP_TCPSTORE_DIALECT_LEGACY);
+	size_t n = 0;
+	assert_int_equal(dptp_tcpstore_scan_legacy_request(legacy_set, sizeof(legacy_set), NULL, &n), 1);
+	assert_int_equal(n, sizeof(legacy_set));
+	/* the same bytes are a VALIDATE with a wrong magic to a current server */
+	assert_int_equal(dptp_tcpstore_scan_request(legacy_set, sizeof(legacy_set), NULL, &n), -EPROTO);
+	/* numbering: every legacy op maps to a current one and back */
+	for (int op = 0; op < DPTP_TCPSTORE_LEGACY_NOPS; op++) {
+		int cur = dptp_tcpstore_op_from_legacy(op);
+		assert_true(cur > DPTP_TCPSTORE_VALIDATE);
+		assert_int_equal(dptp_tcpstore_op_to_legacy(cur), op);
+	}
+	assert_int_equal(dptp_tcpstore_op_from_legacy(DPTP_TCPSTORE_LEGACY_WAIT), DPTP_TCPSTORE_WAIT);
+	assert_int_equal(dptp_tcpstore_op_from_legacy(DPTP_TCPSTORE_LEGACY_WATCH_KEY), DPTP_TCPSTORE_WATCH_KEY);
+	assert_int_equal(dptp_tcpstore_op_from_legacy(DPTP_TCPSTORE_LEGACY_DELETE_KEY), DPTP_TCPSTORE_DELETE_KEY);
+	assert_int_equal(dptp_tcpstore_op_from_legacy(DPTP_TCPSTORE_LEGACY_NOPS), -1);
+	assert_int_equal(dptp_tcpstore_op_from_legacy(-1), -1);
+	assert_int_equal(dptp_tcpstore_op_to_legacy(DPTP_TCPSTORE_PING), -1);
+	assert_int_equal(dptp_tcpstore_op_to_legacy(DPTP_TCPSTORE_VALIDATE), -1);
+	assert_int_equal(dptp_tcpstore_op_to_legacy(DPTP_TCPSTORE_QUEUE_PUSH), -1);
+	/* WATCH_KEY is legacy only; queues, PING and LIST_KEYS current only */
+	uint8_t f[16] = {DPTP_TCPSTORE_WATCH_KEY};
+	assert_int_equal(dptp_tcpstore_scan_request(f, 9, NULL, &n), -EPROTO);
+	f[0] = DPTP_TCPSTORE_LEGACY_WATCH_KEY;
+	put_u64(f + 1, 1);
+	f[9] = 'w';
+	assert_int_equal(dptp_tcpstore_scan_legacy_request(f, 10, NULL, &n), 1);
+	assert_int_equal(n, 10);
+	for (int op = DPTP_TCPSTORE_LEGACY_NOPS; op < 256; op++) {
+		f[0] = (uint8_t)op;
+		assert_int_equal(dptp_tcpstore_scan_legacy_request(f, 9, NULL, &n), -EPROTO);
+	}
+	/* limits hold in the legacy numbering too */
+	f[0] = DPTP_TCPSTORE_LEGACY_SET;
+	put_u64(f + 1, DPTP_TCPSTORE_MAX_KEY + 1);
+	assert_int_equal(dptp_tcpstore_scan_legacy_request(f, 9, NULL, &n), -EMSGSIZE);
 }
 
 static void test_scan_errors(void **state)
@@ -1006,6 +1153,178 @@ static void assert_serving(uint16_t port)
 	dptp_tcpstore_client_destroy(c);
 }
 
+/* ---- both dialects on one server -------------------------------------------- */
+
+/* A legacy frame: op, then fields given as (pointer, length) strings or, with
+ * a NULL pointer, a bare u64 length (a count or an ADD delta). */
+static size_t legacy_frame(uint8_t *f, uint8_t op, int nfields, ...)
+{
+	va_list ap;
+	size_t off = 0;
+	f[off++] = op;
+	va_start(ap, nfields);
+	for (int i = 0; i < nfields; i++) {
+		const char *p = va_arg(ap, const char *);
+		size_t n = va_arg(ap, size_t);
+		put_u64(f + off, n);
+		off += 8;
+		if (p) {
+			memcpy(f + off, p, n);
+			off += n;
+		}
+	}
+	va_end(ap);
+	return off;
+}
+
+#define F(str) (str), (sizeof(str) - 1)
+#define N(n) ((const char *)NULL), ((size_t)(n))
+
+static void send_frame(int fd, const uint8_t *f, size_t n)
+{
+	write_all(fd, f, n);
+}
+
+/* Reads exactly the expected reply bytes. */
+static void expect_reply(int fd, const void *want, size_t n)
+{
+	uint8_t got[256];
+	assert_true(n <= sizeof(got));
+	assert_int_equal(read_n(fd, got, n, 3000), n);
+	assert_memory_equal(got, want, n);
+}
+
+/* One watch message: type, key, old, new. */
+static void expect_watch(int fd, uint8_t type, const char *k, const char *old, const char *nv)
+{
+	uint8_t f[256];
+	size_t n = legacy_frame(f, type, 3, k, strlen(k), old, strlen(old), nv, strlen(nv));
+	expect_reply(fd, f, n);
+}
+
+static void expect_quiet(int fd)
+{
+	uint8_t b;
+	assert_int_equal(read_n(fd, &b, 1, 100), 0);
+}
+
+static void expect_hangup(uint16_t port, const void *bytes, size_t n, bool validate_first);
+static void wait_clients(struct dptp_tcpstore_server *s, size_t want);
+
+static void test_legacy_and_current_together(void **state)
+{
+	struct dptp_tcpstore_server *s = server_up(0);
+	uint16_t port = dptp_tcpstore_server_port(s);
+	struct dptp_err err = {0};
+	struct dptp_tcpstore_client *cur = client_to(port, true, 0);
+	int old = connect_local(port), watch = connect_local(port);
+	uint8_t f[256];
+	size_t n;
+	static const uint8_t ready = DPTP_TCPSTORE_READY, stop = DPTP_TCPSTORE_STOP_WAITING;
+
+	/* a legacy SET arriving a byte at a time: a 0 alone could be a VALIDATE */
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_SET, 2, F("/a"), F("1"));
+	for (size_t i = 0; i < n; i++) {
+		write_all(old, f + i, 1);
+		sleep_ms(i < 3 ? 20 : 0);
+	}
+	struct dptp_tcpstore_buf b = {0};
+	assert_int_equal(dptp_tcpstore_client_get(cur, "a", &b, &err), 0);
+	assert_buf(&b, "1", 1);
+	free(b.data);
+	/* ... and a VALIDATE + PING arriving a byte at a time stays current */
+	int v = connect_local(port);
+	uint8_t hs[] = {0x00, 0xce, 0xf7, 0x85, 0x3c, DPTP_TCPSTORE_PING, 9, 8, 7, 6};
+	for (size_t i = 0; i < sizeof(hs); i++) {
+		write_all(v, hs + i, 1);
+		sleep_ms(10);
+	}
+	expect_reply(v, hs + 6, 4);
+	close(v);
+
+	/* the watcher registers on its own connection */
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_WATCH_KEY, 1, F("/w"));
+	send_frame(watch, f, n);
+	uint8_t reg = DPTP_TCPSTORE_KEY_CALLBACK_REGISTERED;
+	expect_reply(watch, &reg, 1);
+	/* writes by a current client reach the legacy watcher */
+	assert_int_equal(dptp_tcpstore_client_set(cur, "w", "x", 1, &err), 0);
+	expect_watch(watch, DPTP_TCPSTORE_KEY_CREATED, "/w", "", "x");
+	assert_int_equal(dptp_tcpstore_client_append(cur, "w", "yz", 2, &err), 0);
+	expect_watch(watch, DPTP_TCPSTORE_KEY_APPENDED, "/w", "", "yz");
+	struct dptp_tcpstore_buf mv[1] = {{(uint8_t *)"m", 1}};
+	const char *mk[1] = {"w"};
+	assert_int_equal(dptp_tcpstore_client_multi_set(cur, mk, mv, 1, &err), 0);
+	expect_watch(watch, DPTP_TCPSTORE_KEY_UPDATED, "/w", "xyz", "m");
+	/* unchanged by a failed COMPARE_SET: no message */
+	assert_int_equal(dptp_tcpstore_client_compare_set(cur, "w", "no", 2, "q", 1, NULL, &err), 0);
+	expect_quiet(watch);
+	/* the legacy client's own writes too */
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_DELETE_KEY, 1, F("/w"));
+	send_frame(old, f, n);
+	uint8_t one[8];
+	put_u64(one, 1);
+	expect_reply(old, one, 8);
+	expect_watch(watch, DPTP_TCPSTORE_KEY_DELETED, "/w", "m", "");
+
+	/* 2.1's nightlies before VALIDATE: APPEND .. CANCEL_WAIT */
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_APPEND, 2, F("/a"), F("2"));
+	send_frame(old, f, n);
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_MULTI_SET, 3, N(1), F("/m"), F("mm"));
+	send_frame(old, f, n);
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_MULTI_GET, 3, N(2), F("/a"), F("/m"));
+	send_frame(old, f, n);
+	uint8_t mg[8 + 2 + 8 + 2];
+	put_u64(mg, 2);
+	memcpy(mg + 8, "12", 2);
+	put_u64(mg + 10, 2);
+	memcpy(mg + 18, "mm", 2);
+	expect_reply(old, mg, sizeof(mg));
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_CHECK, 3, N(2), F("/a"), F("/m"));
+	send_frame(old, f, n);
+	expect_reply(old, &ready, 1);
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_WAIT, 2, N(1), F("/late"));
+	send_frame(old, f, n);
+	expect_quiet(old);
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_CANCEL_WAIT, 0);
+	send_frame(old, f, n);
+	uint8_t canceled = DPTP_TCPSTORE_WAIT_CANCELED;
+	expect_reply(old, &canceled, 1);
+	/* a legacy waiter woken by a current client's write */
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_WAIT, 2, N(1), F("/late"));
+	send_frame(old, f, n);
+	expect_quiet(old);
+	assert_int_equal(dptp_tcpstore_client_add(cur, "late", 2, NULL, &err), 0);
+	expect_reply(old, &stop, 1);
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_ADD, 2, F("/late"), N(3));
+	send_frame(old, f, n);
+	uint8_t five[8];
+	put_u64(five, 5);
+	expect_reply(old, five, 8);
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_GETNUMKEYS, 0);
+	send_frame(old, f, n);
+	uint8_t keys[8];
+	put_u64(keys, 4); /* init/, /a, /m, /late */
+	expect_reply(old, keys, 8);
+
+	/* no queue, PING or VALIDATE in the legacy numbering: the connection closes */
+	uint8_t ping = 13;
+	expect_hangup(port, &ping, 1, false);
+	/* a watcher that leaves takes its watches along; the store goes on */
+	close(watch);
+	wait_clients(s, 2);
+	assert_int_equal(dptp_tcpstore_client_set(cur, "w", "again", 5, &err), 0);
+	n = legacy_frame(f, DPTP_TCPSTORE_LEGACY_GET, 1, F("/w"));
+	send_frame(old, f, n);
+	uint8_t again[8 + 5];
+	put_u64(again, 5);
+	memcpy(again + 8, "again", 5);
+	expect_reply(old, again, sizeof(again));
+	close(old);
+	dptp_tcpstore_client_destroy(cur);
+	dptp_tcpstore_server_destroy(s);
+}
+
 /* Opens a connection, sends bytes, expects the server to hang up. */
 static void expect_hangup(uint16_t port, const void *bytes, size_t n, bool validate_first)
 {
@@ -1060,8 +1379,8 @@ static void test_hostile_frames(void **state)
 	/* first command is not VALIDATE (a PING) */
 	uint8_t ping[] = {DPTP_TCPSTORE_PING, 1, 2, 3, 4};
 	expect_hangup(port, ping, sizeof(ping), false);
-	/* VALIDATE with the wrong magic */
-	uint8_t bad[] = {0x00, 0xde, 0xad, 0xbe, 0xef};
+	/* VALIDATE with the wrong magic: a legacy SET whose key would be 4 GB */
+	uint8_t bad[] = {0x00, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0};
 	expect_hangup(port, bad, sizeof(bad), false);
 	/* garbage */
 	uint8_t junk[4096];
@@ -1387,6 +1706,9 @@ int main(void)
 		cmocka_unit_test(test_server_bytes_ops),
 		cmocka_unit_test(test_server_bytes_nccl_queue),
 		cmocka_unit_test(test_server_bytes_static_rdzv),
+		cmocka_unit_test(test_server_bytes_legacy),
+		cmocka_unit_test(test_dialects),
+		cmocka_unit_test(test_legacy_and_current_together),
 		cmocka_unit_test(test_c_client_c_server_ops),
 		cmocka_unit_test(test_wait_wakeups),
 		cmocka_unit_test(test_disconnect_drops_wait),

@@ -57,6 +57,60 @@ enum dptp_tcpstore_op {
 	DPTP_TCPSTORE_NOPS
 };
 
+/* ---- torch before 2.1 ------------------------------------------------------
+ * Clients of torch 1.13 to 2.0 (and 2.1's nightlies before pytorch PR 107607)
+ * send no VALIDATE and number their queries from SET = 0. Their frames have
+ * the same fields as the current ones; WATCH_KEY (a string) exists only here,
+ * on the second, callback connection each of their TCPStores opens. The
+ * server tells a connection's dialect from its first bytes: a 0 followed by
+ * the magic is a VALIDATE (a legacy SET would announce a key of over a
+ * gigabyte there); anything else is a legacy query. */
+enum dptp_tcpstore_legacy_op {
+	DPTP_TCPSTORE_LEGACY_SET = 0,
+	DPTP_TCPSTORE_LEGACY_COMPARE_SET = 1,
+	DPTP_TCPSTORE_LEGACY_GET = 2,
+	DPTP_TCPSTORE_LEGACY_ADD = 3,
+	DPTP_TCPSTORE_LEGACY_CHECK = 4,
+	DPTP_TCPSTORE_LEGACY_WAIT = 5,
+	DPTP_TCPSTORE_LEGACY_GETNUMKEYS = 6,
+	DPTP_TCPSTORE_LEGACY_WATCH_KEY = 7,
+	DPTP_TCPSTORE_LEGACY_DELETE_KEY = 8,
+	DPTP_TCPSTORE_LEGACY_APPEND = 9,      /* 2.1 nightlies: APPEND .. CANCEL_WAIT */
+	DPTP_TCPSTORE_LEGACY_MULTI_GET = 10,
+	DPTP_TCPSTORE_LEGACY_MULTI_SET = 11,
+	DPTP_TCPSTORE_LEGACY_CANCEL_WAIT = 12,
+	DPTP_TCPSTORE_LEGACY_NOPS
+};
+
+/* WATCH_KEY in the current numbering's space (no current client sends it). */
+#define DPTP_TCPSTORE_WATCH_KEY DPTP_TCPSTORE_NOPS
+
+/* Messages on a legacy callback connection: u8 type, then (but for
+ * CALLBACK_REGISTERED) the key, the old value and the new value as strings. */
+enum dptp_tcpstore_watch_event {
+	DPTP_TCPSTORE_KEY_UPDATED = 0,
+	DPTP_TCPSTORE_KEY_CREATED = 1,
+	DPTP_TCPSTORE_KEY_DELETED = 2,
+	DPTP_TCPSTORE_KEY_CALLBACK_REGISTERED = 3,
+	DPTP_TCPSTORE_KEY_APPENDED = 4,
+};
+
+enum dptp_tcpstore_dialect {
+	DPTP_TCPSTORE_DIALECT_UNKNOWN = 0,
+	DPTP_TCPSTORE_DIALECT_LEGACY,   /* torch 1.13 - 2.0 */
+	DPTP_TCPSTORE_DIALECT_CURRENT,  /* torch 2.1 and later */
+};
+
+/* A legacy opcode in the current numbering (DPTP_TCPSTORE_WATCH_KEY for
+ * WATCH_KEY), or -1 when there is none. */
+int dptp_tcpstore_op_from_legacy(int op);
+/* A current opcode in the legacy numbering, or -1 when the old servers have
+ * no such query (VALIDATE, PING, the queues, LIST_KEYS). */
+int dptp_tcpstore_op_to_legacy(int op);
+/* The dialect of a connection whose first len bytes are buf: UNKNOWN while
+ * a 0 is followed by fewer than 4 bytes that still match the magic. */
+enum dptp_tcpstore_dialect dptp_tcpstore_dialect_of(const void *buf, size_t len);
+
 /* ---- integers and request frames (pure: no I/O) -----------------------------
  * Every integer on the wire is a little-endian u64 (lengths, counts, ADD
  * deltas); a string is its u64 length and its bytes. */
@@ -123,6 +177,9 @@ const char *dptp_tcpstore_op_name(int op);
  * any of the bytes it announces). lim may be NULL (defaults). */
 int dptp_tcpstore_scan_request(const void *buf, size_t len,
 			       const struct dptp_tcpstore_limits *lim, size_t *out);
+/* The same for a legacy frame (legacy opcode at buf[0]). */
+int dptp_tcpstore_scan_legacy_request(const void *buf, size_t len,
+				      const struct dptp_tcpstore_limits *lim, size_t *out);
 
 /* ---- byte buffers --------------------------------------------------------- */
 
@@ -253,10 +310,14 @@ int dptp_tcpstore_client_list_keys(struct dptp_tcpstore_client *c, char ***keys,
  * whose keys now all exist; QUEUE_PUSH answers the oldest such waiter on that
  * queue only, so that one blocked queue_pop takes one item. Waiters are
  * indexed by their first missing key: a write costs the waiters of the key
- * it wrote, not every waiter's key list. A connection is
- * closed on a protocol error (see the scanner), a first command other than
- * VALIDATE, an ADD on a value that is not a number, or when its buffered
- * input, output and pending wait pass max_client_bytes. */
+ * it wrote, not every waiter's key list. Each connection is served in its
+ * own dialect, told by its first bytes (see "torch before 2.1" above): torch
+ * 2.1+ clients and torch 1.13 - 2.0 ones share one port and one namespace,
+ * and a legacy WATCH_KEY connection is told of every later change of its
+ * key (CREATED, UPDATED, DELETED, APPENDED), whoever made it. A connection is
+ * closed on a protocol error (see the scanners), a second VALIDATE, an ADD
+ * on a value that is not a number, or when its buffered input, output,
+ * pending wait and watches pass max_client_bytes. */
 struct dptp_tcpstore_server;
 
 struct dptp_tcpstore_server_opts {

@@ -33,6 +33,56 @@ const char *dptp_tcpstore_op_name(int op)
 	return op_names[op];
 }
 
+/* Legacy opcode -> current one. Up to GETNUMKEYS the legacy number is the
+ * current one minus one (VALIDATE came in front); from DELETE_KEY on they
+ * agree (WATCH_KEY went away where VALIDATE came in). */
+static const int8_t from_legacy[DPTP_TCPSTORE_LEGACY_NOPS] = {
+	[DPTP_TCPSTORE_LEGACY_SET] = DPTP_TCPSTORE_SET,
+	[DPTP_TCPSTORE_LEGACY_COMPARE_SET] = DPTP_TCPSTORE_COMPARE_SET,
+	[DPTP_TCPSTORE_LEGACY_GET] = DPTP_TCPSTORE_GET,
+	[DPTP_TCPSTORE_LEGACY_ADD] = DPTP_TCPSTORE_ADD,
+	[DPTP_TCPSTORE_LEGACY_CHECK] = DPTP_TCPSTORE_CHECK,
+	[DPTP_TCPSTORE_LEGACY_WAIT] = DPTP_TCPSTORE_WAIT,
+	[DPTP_TCPSTORE_LEGACY_GETNUMKEYS] = DPTP_TCPSTORE_GETNUMKEYS,
+	[DPTP_TCPSTORE_LEGACY_WATCH_KEY] = DPTP_TCPSTORE_WATCH_KEY,
+	[DPTP_TCPSTORE_LEGACY_DELETE_KEY] = DPTP_TCPSTORE_DELETE_KEY,
+	[DPTP_TCPSTORE_LEGACY_APPEND] = DPTP_TCPSTORE_APPEND,
+	[DPTP_TCPSTORE_LEGACY_MULTI_GET] = DPTP_TCPSTORE_MULTI_GET,
+	[DPTP_TCPSTORE_LEGACY_MULTI_SET] = DPTP_TCPSTORE_MULTI_SET,
+	[DPTP_TCPSTORE_LEGACY_CANCEL_WAIT] = DPTP_TCPSTORE_CANCEL_WAIT,
+};
+
+int dptp_tcpstore_op_from_legacy(int op)
+{
+	if (op < 0 || op >= DPTP_TCPSTORE_LEGACY_NOPS)
+		return -1;
+	return from_legacy[op];
+}
+
+int dptp_tcpstore_op_to_legacy(int op)
+{
+	for (int i = 0; i < DPTP_TCPSTORE_LEGACY_NOPS; i++)
+		if (from_legacy[i] == op)
+			return i;
+	return -1;
+}
+
+enum dptp_tcpstore_dialect dptp_tcpstore_dialect_of(const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	uint8_t magic[4];
+	for (int i = 0; i < 4; i++)
+		magic[i] = (uint8_t)(DPTP_TCPSTORE_MAGIC >> (8 * i));
+	if (len == 0)
+		return DPTP_TCPSTORE_DIALECT_UNKNOWN;
+	if (p[0] != DPTP_TCPSTORE_VALIDATE)
+		return DPTP_TCPSTORE_DIALECT_LEGACY;
+	size_t have = len - 1 < 4 ? len - 1 : 4;
+	if (memcmp(p + 1, magic, have) != 0)
+		return DPTP_TCPSTORE_DIALECT_LEGACY; /* a SET, or garbage the scanner refuses */
+	return have == 4 ? DPTP_TCPSTORE_DIALECT_CURRENT : DPTP_TCPSTORE_DIALECT_UNKNOWN;
+}
+
 void dptp_tcpstore_bufs_free(struct dptp_tcpstore_buf *bufs, size_t n)
 {
 	if (!bufs)
@@ -136,6 +186,7 @@ static int scan_body(struct scan *s, uint8_t op)
 		return take_str(s, s->lim.max_value);
 	case DPTP_TCPSTORE_GET:
 	case DPTP_TCPSTORE_DELETE_KEY:
+	case DPTP_TCPSTORE_WATCH_KEY:
 	case DPTP_TCPSTORE_QUEUE_POP:
 	case DPTP_TCPSTORE_QUEUE_LEN:
 		return take_str(s, s->lim.max_key);
@@ -165,8 +216,9 @@ static int scan_body(struct scan *s, uint8_t op)
 	}
 }
 
-int dptp_tcpstore_scan_request(const void *buf, size_t len,
-			       const struct dptp_tcpstore_limits *lim, size_t *out)
+/* op: the frame's opcode in the current numbering (-1: none). */
+static int scan_frame(const void *buf, size_t len, const struct dptp_tcpstore_limits *lim,
+		      int op, size_t *out)
 {
 	struct scan s = {.p = buf, .len = len};
 	s.lim.max_key = lim && lim->max_key ? lim->max_key : DPTP_TCPSTORE_MAX_KEY;
@@ -180,9 +232,10 @@ int dptp_tcpstore_scan_request(const void *buf, size_t len,
 		*out = 1;
 		return 0;
 	}
-	uint8_t op = s.p[0];
+	if (op < 0)
+		return -EPROTO;
 	s.off = 1;
-	int rc = scan_body(&s, op);
+	int rc = scan_body(&s, (uint8_t)op);
 	if (rc < 0)
 		return rc;
 	if (rc == S_MORE) {
@@ -191,4 +244,19 @@ int dptp_tcpstore_scan_request(const void *buf, size_t len,
 	}
 	*out = s.off;
 	return 1;
+}
+
+int dptp_tcpstore_scan_request(const void *buf, size_t len,
+			       const struct dptp_tcpstore_limits *lim, size_t *out)
+{
+	const uint8_t *p = buf;
+	int op = len ? p[0] : 0;
+	return scan_frame(buf, len, lim, op == DPTP_TCPSTORE_WATCH_KEY ? -1 : op, out);
+}
+
+int dptp_tcpstore_scan_legacy_request(const void *buf, size_t len,
+				      const struct dptp_tcpstore_limits *lim, size_t *out)
+{
+	const uint8_t *p = buf;
+	return scan_frame(buf, len, lim, len ? dptp_tcpstore_op_from_legacy(p[0]) : 0, out);
 }

@@ -164,6 +164,7 @@ static void map_clear(struct map *m)
 struct conn {
 	int fd;
 	bool dead;
+	uint8_t dialect;    /* enum dptp_tcpstore_dialect, told by the first bytes */
 	bool validated;
 	uint8_t *in;
 	size_t inlen, incap, need;
@@ -180,6 +181,7 @@ struct conn {
 	struct conn *iprev, *inext;
 	size_t woff;
 	uint64_t wleft;
+	size_t watchbytes;  /* legacy WATCH_KEYs: keys and list slots held for this connection */
 };
 
 struct dptp_tcpstore_server {
@@ -191,6 +193,7 @@ struct dptp_tcpstore_server {
 	struct map kv;
 	struct map queues;
 	struct map widx;    /* key -> waiters, see struct conn */
+	struct map watches; /* legacy WATCH_KEY: key -> val holds an array of struct conn * */
 	struct conn **conns;
 	size_t nconns, capconns;
 	struct conn *whead, *wtail; /* waiters, in arrival order */
@@ -239,7 +242,7 @@ static size_t stat_get(const size_t *p)
 
 static size_t conn_bytes(const struct conn *c)
 {
-	return c->incap + c->outcap + c->waitlen;
+	return c->incap + c->outcap + c->waitlen + c->watchbytes;
 }
 
 static void index_remove(struct dptp_tcpstore_server *s, struct conn *c)
@@ -292,9 +295,12 @@ static void conn_kill(struct dptp_tcpstore_server *s, struct conn *c, bool rejec
 		stat_set(&s->st_rejected, stat_get(&s->st_rejected) + 1);
 }
 
+static void unwatch(struct dptp_tcpstore_server *s, struct conn *c);
+
 static void conn_free(struct dptp_tcpstore_server *s, struct conn *c)
 {
 	waiter_unlink(s, c);
+	unwatch(s, c);
 	s->buffered -= c->incap + c->outcap;
 	if (c->fd >= 0)
 		close(c->fd);
@@ -522,13 +528,134 @@ static int cmp_keys(const void *a, const void *b)
 	return x->klen < y->klen ? -1 : x->klen > y->klen;
 }
 
-/* Handles one complete frame. Returns 0, or <0 to close the connection. */
-static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+/* ---- legacy watches (torch 1.13 - 2.0 callback connections) ------------------ */
+
+/* c watches key k: it gets a message on every change of k until it leaves. */
+static int watch_add(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *k, size_t kl)
+{
+	size_t cost = kl + sizeof(c);
+	if (conn_bytes(c) + cost > s->max_client_bytes || over_budget(s, cost, "a WATCH_KEY"))
+		return -ENOBUFS;
+	struct entry *w = map_get(&s->watches, k, kl);
+	if (!w)
+		return -ENOMEM;
+	struct conn **v = realloc(w->val, w->vlen + sizeof(c));
+	if (!v) {
+		if (!w->vlen)
+			map_del(&s->watches, k, kl);
+		return -ENOMEM;
+	}
+	v[w->vlen / sizeof(c)] = c;
+	w->val = (uint8_t *)v;
+	w->vlen += sizeof(c);
+	c->watchbytes += cost;
+	s->buffered += cost;
+	out_u8(s, c, DPTP_TCPSTORE_KEY_CALLBACK_REGISTERED);
+	return 0;
+}
+
+/* Takes c out of every watch list (it is going away). */
+static void unwatch(struct dptp_tcpstore_server *s, struct conn *c)
+{
+	if (!c->watchbytes)
+		return;
+	for (size_t i = 0; i < s->watches.nb; i++) {
+		struct entry **pp = &s->watches.b[i];
+		while (*pp) {
+			struct entry *w = *pp;
+			struct conn **v = (struct conn **)w->val;
+			size_t n = w->vlen / sizeof(c), j = 0;
+			for (size_t i2 = 0; i2 < n; i2++)
+				if (v[i2] != c)
+					v[j++] = v[i2];
+			w->vlen = j * sizeof(c);
+			if (j) {
+				pp = &w->next;
+				continue;
+			}
+			*pp = w->next;
+			entry_free(w);
+			s->watches.n--;
+		}
+	}
+	s->buffered -= c->watchbytes;
+	c->watchbytes = 0;
+}
+
+static void watch_send(struct dptp_tcpstore_server *s, const struct entry *w, uint8_t type,
+		       const uint8_t *old, size_t ol, const uint8_t *nv, size_t nl)
+{
+	struct conn *const *v = (struct conn *const *)w->val;
+	for (size_t i = 0; i < w->vlen / sizeof(*v); i++) {
+		struct conn *c = v[i];
+		out_u8(s, c, type);
+		out_str(s, c, w->key, w->klen);
+		out_str(s, c, old, ol);
+		out_str(s, c, nv, nl);
+	}
+}
+
+/* A write of one key as its watchers see it: change_begin() before it keeps
+ * the old value (only when the key is watched), change_end() after it sends
+ * CREATED, UPDATED or DELETED from the key's state then. */
+struct change {
+	const struct entry *w;
+	bool existed;
+	uint8_t *old;
+	size_t ol;
+};
+
+static int change_begin(struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl, struct change *ch)
+{
+	*ch = (struct change){0};
+	if (!s->watches.n || !(ch->w = map_find(&s->watches, k, kl)))
+		return 0;
+	const struct entry *e = map_find(&s->kv, k, kl);
+	if (!e)
+		return 0;
+	ch->old = malloc(e->vlen ? e->vlen : 1);
+	if (!ch->old)
+		return -ENOMEM;
+	memcpy(ch->old, e->val, e->vlen);
+	ch->ol = e->vlen;
+	ch->existed = true;
+	return 0;
+}
+
+static void change_end(struct dptp_tcpstore_server *s, struct change *ch, bool changed)
+{
+	if (ch->w && changed) {
+		const struct entry *e = map_find(&s->kv, ch->w->key, ch->w->klen);
+		if (e)
+			watch_send(s, ch->w, ch->existed ? DPTP_TCPSTORE_KEY_UPDATED : DPTP_TCPSTORE_KEY_CREATED,
+				   ch->old, ch->ol, e->val, e->vlen);
+		else if (ch->existed)
+			watch_send(s, ch->w, DPTP_TCPSTORE_KEY_DELETED, ch->old, ch->ol, NULL, 0);
+	}
+	free(ch->old);
+	ch->old = NULL;
+}
+
+/* SET with its watchers told. */
+static int set_watched(struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl,
+		       const uint8_t *v, size_t vl)
+{
+	struct change ch;
+	DPTP_TRY(change_begin(s, k, kl, &ch));
+	int rc = kv_set(s, k, kl, v, vl);
+	change_end(s, &ch, rc == 0);
+	return rc;
+}
+
+/* Handles one complete frame whose opcode, in the current numbering, is op
+ * (the wire's byte at f[0] may be a legacy one). Returns 0, or <0 to close
+ * the connection. */
+static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const uint8_t *f, size_t flen)
 {
 	struct rd r = {.p = f, .off = 1};
-	uint8_t op = f[0];
 	size_t kl, vl, el;
 	const uint8_t *k, *v, *ev;
+	struct change ch;
 
 	if (!c->validated) {
 		if (op != DPTP_TCPSTORE_VALIDATE)
@@ -543,9 +670,12 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 	case DPTP_TCPSTORE_SET:
 		k = rd_str(&r, &kl);
 		v = rd_str(&r, &vl);
-		DPTP_TRY(kv_set(s, k, kl, v, vl));
+		DPTP_TRY(set_watched(s, k, kl, v, vl));
 		wake_key(s, k, kl, false);
 		return 0;
+	case DPTP_TCPSTORE_WATCH_KEY:
+		k = rd_str(&r, &kl);
+		return watch_add(s, c, k, kl);
 	case DPTP_TCPSTORE_COMPARE_SET: {
 		k = rd_str(&r, &kl);
 		ev = rd_str(&r, &el);
@@ -553,14 +683,14 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 		struct entry *e = map_find(&s->kv, k, kl);
 		if (!e) {
 			if (el == 0) {
-				DPTP_TRY(kv_set(s, k, kl, v, vl));
+				DPTP_TRY(set_watched(s, k, kl, v, vl));
 				out_str(s, c, v, vl);
 			} else {
 				out_str(s, c, ev, el);
 			}
 		} else {
 			if (e->vlen == el && memcmp(e->val, ev, el) == 0)
-				DPTP_TRY(kv_set(s, k, kl, v, vl));
+				DPTP_TRY(set_watched(s, k, kl, v, vl));
 			out_str(s, c, e->val, e->vlen);
 		}
 		wake_key(s, k, kl, false);
@@ -582,7 +712,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 			return -ERANGE;
 		char num[24];
 		int nl = snprintf(num, sizeof(num), "%" PRId64, sum);
-		DPTP_TRY(kv_set(s, k, kl, (const uint8_t *)num, (size_t)nl));
+		DPTP_TRY(set_watched(s, k, kl, (const uint8_t *)num, (size_t)nl));
 		out_u64(s, c, (uint64_t)sum);
 		wake_key(s, k, kl, false);
 		return 0;
@@ -627,15 +757,21 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 		struct entry *d = map_find(&s->kv, k, kl);
 		if (d)
 			s->stored -= d->klen + d->vlen;
-		out_u64(s, c, map_del(&s->kv, k, kl) ? 1 : 0);
+		DPTP_TRY(change_begin(s, k, kl, &ch));
+		bool gone = map_del(&s->kv, k, kl);
+		change_end(s, &ch, gone);
+		out_u64(s, c, gone ? 1 : 0);
 		return 0;
 	}
 	case DPTP_TCPSTORE_APPEND: {
 		k = rd_str(&r, &kl);
 		v = rd_str(&r, &vl);
 		struct entry *e = map_find(&s->kv, k, kl);
+		const struct entry *w = s->watches.n ? map_find(&s->watches, k, kl) : NULL;
 		if (!e) {
 			DPTP_TRY(kv_set(s, k, kl, v, vl));
+			if (w)
+				watch_send(s, w, DPTP_TCPSTORE_KEY_CREATED, NULL, 0, v, vl);
 		} else {
 			if (e->vlen + vl > 4 * (size_t)s->lim.max_value)
 				return -EMSGSIZE; /* keep appends from growing a value without bound */
@@ -648,6 +784,8 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 			e->val = nv;
 			e->vlen += vl;
 			s->stored += vl;
+			if (w) /* as torch 2.1's nightlies did: the appended bytes only */
+				watch_send(s, w, DPTP_TCPSTORE_KEY_APPENDED, NULL, 0, v, vl);
 		}
 		wake_key(s, k, kl, false);
 		return 0;
@@ -666,7 +804,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t 
 		for (uint64_t i = 0; i < n; i++) {
 			k = rd_str(&r, &kl);
 			v = rd_str(&r, &vl);
-			DPTP_TRY(kv_set(s, k, kl, v, vl));
+			DPTP_TRY(set_watched(s, k, kl, v, vl));
 			wake_key(s, k, kl, false);
 		}
 		return 0;
@@ -750,8 +888,19 @@ static void process_input(struct dptp_tcpstore_server *s, struct conn *c)
 {
 	size_t off = 0;
 	while (!c->dead && c->inlen - off >= c->need && c->inlen > off) {
+		if (c->dialect == DPTP_TCPSTORE_DIALECT_UNKNOWN) {
+			c->dialect = dptp_tcpstore_dialect_of(c->in + off, c->inlen - off);
+			if (c->dialect == DPTP_TCPSTORE_DIALECT_UNKNOWN) {
+				c->need = 5; /* a 0 and the start of the magic: VALIDATE? */
+				break;
+			}
+			/* torch before 2.1 validates nothing */
+			c->validated = c->dialect == DPTP_TCPSTORE_DIALECT_LEGACY;
+		}
+		bool legacy = c->dialect == DPTP_TCPSTORE_DIALECT_LEGACY;
 		size_t n = 0;
-		int rc = dptp_tcpstore_scan_request(c->in + off, c->inlen - off, &s->lim, &n);
+		int rc = legacy ? dptp_tcpstore_scan_legacy_request(c->in + off, c->inlen - off, &s->lim, &n)
+				: dptp_tcpstore_scan_request(c->in + off, c->inlen - off, &s->lim, &n);
 		if (rc < 0) {
 			conn_kill(s, c, true);
 			break;
@@ -765,7 +914,8 @@ static void process_input(struct dptp_tcpstore_server *s, struct conn *c)
 			break;
 		}
 		c->need = 1;
-		if (handle(s, c, c->in + off, n) < 0) {
+		uint8_t wire = c->in[off];
+		if (handle(s, c, legacy ? dptp_tcpstore_op_from_legacy(wire) : wire, c->in + off, n) < 0) {
 			conn_kill(s, c, true);
 			break;
 		}
@@ -1132,6 +1282,7 @@ void dptp_tcpstore_server_destroy(struct dptp_tcpstore_server *s)
 	map_clear(&s->kv);
 	map_clear(&s->queues);
 	map_clear(&s->widx);
+	map_clear(&s->watches);
 	if (s->lfd >= 0)
 		close(s->lfd);
 	if (s->wakefd >= 0)

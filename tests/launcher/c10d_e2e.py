@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+from e2e_util import check, clean_env, fail, free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = os.path.abspath(sys.argv[1])
 WORKER = os.path.join(HERE, "c10d_worker.py")
@@ -23,31 +25,8 @@ WORKER = os.path.join(HERE, "c10d_worker.py")
 FAST = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
 
 
-def fail(msg):
-    print("FAIL: " + msg)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def env(k, **extra):
-    e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
-         "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "LC_ALL": "C", "DPTP_RUN_STOP_TIMEOUT": "5",
-         "DPTP_HOSTNAME": "node%d" % k, "LOGLEVEL": "INFO"}
-    for v in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
-        if v in os.environ:
-            e[v] = os.environ[v]
-    e.update(extra)
-    return e
+    return clean_env(DPTP_HOSTNAME="node%d" % k, LOGLEVEL="INFO", **extra)
 
 
 def node(k, nnodes, port, run_id, worker, conf=FAST, extra=(), **envx):

@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from e2e_util import check, clean_env, fail, free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = os.path.abspath(sys.argv[1])
 PMIX_CLIENT = os.path.abspath(sys.argv[2])
@@ -34,37 +36,13 @@ IMAGE_ENV = {
 SELECT = re.compile(r"^(GROUP_|LOCAL_|MASTER_|OMP|PYTHON|RANK=|ROLE_|TORCH|WORLD_SIZE=)")
 
 
-def fail(msg):
-    print("FAIL: " + msg)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # dptp-run hosts the agent store at --master-port (29500 by default, as
 # torchrun): every test takes its own port so that tests run in parallel
 PORT = free_port()
 
 
 def base_env(**extra):
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
-           "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "LC_ALL": "C",
-           "DPTP_RUN_STOP_TIMEOUT": "5", "PET_MASTER_PORT": str(PORT)}
-    # a sanitizer build's settings (tests/hardening/sanitize.sh) carry over
-    for k in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
-        if k in os.environ:
-            env[k] = os.environ[k]
-    env.update(extra)
-    return env
+    return clean_env(**dict({"PET_MASTER_PORT": str(PORT)}, **extra))
 
 
 def run(args, env=None, timeout=60, **kw):
