@@ -19,7 +19,7 @@ struct rec {
 	int32_t pgid;
 };
 
-enum { GUARD_MAX = 4096, GUARD_PATH = 1024 };
+enum { GUARD_MAX = 4096, GUARD_PATH = 1024, GUARD_DIRS = 2 };
 
 struct linux_dirent64 {
 	uint64_t d_ino;
@@ -64,8 +64,8 @@ __attribute__((noreturn))
 static void guard_main(int rfd)
 {
 	static pid_t pg[GUARD_MAX];
-	static char dir[GUARD_PATH];
-	size_t n = 0;
+	static char dirs[GUARD_DIRS][GUARD_PATH];
+	size_t n = 0, nd = 0;
 	struct sigaction ign = {.sa_handler = SIG_IGN};
 	sigset_t none;
 
@@ -90,7 +90,8 @@ static void guard_main(int rfd)
 			break; /* EOF: the launcher is gone without saying so */
 		if (r.op == 'q')
 			_exit(0);
-		if (r.op == 'd') {
+		if (r.op == 'd') { /* past GUARD_DIRS, the last slot is replaced */
+			char *dir = dirs[nd < GUARD_DIRS ? nd++ : GUARD_DIRS - 1];
 			if (r.pgid <= 0 || r.pgid >= GUARD_PATH || read(0, dir, (size_t)r.pgid) != r.pgid)
 				break;
 			dir[r.pgid] = '\0';
@@ -108,8 +109,9 @@ static void guard_main(int rfd)
 	}
 	for (size_t i = 0; i < n; i++)
 		kill(-pg[i], SIGKILL);
-	if (dir[0]) {
-		int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	for (size_t i = 0; i < nd; i++) {
+		const char *dir = dirs[i];
+		int dfd = dir[0] ? open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
 		if (dfd >= 0) {
 			rm_below(dfd, 0);
 			close(dfd);

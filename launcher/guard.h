@@ -5,7 +5,8 @@
  * itself but not what the worker started; the guard holds the read end of a
  * pipe whose only writer is the launcher, and the kernel closes that end
  * when the launcher dies, however it dies. The guard then also removes the
- * launcher's private PMIx tmpdir, so that nothing is left behind. */
+ * launcher's private PMIx tmpdir and /dev/shm folder, so that nothing is
+ * left behind. */
 #ifndef DPTP_LAUNCHER_GUARD_H
 #define DPTP_LAUNCHER_GUARD_H
 
@@ -22,8 +23,9 @@ int run_guard_start(struct run_guard *g);
  * run_guard_forget(pgid) or run_guard_stop. */
 void run_guard_watch(struct run_guard *g, pid_t pgid);
 void run_guard_forget(struct run_guard *g, pid_t pgid);
-/* ... and removes dir (the PMIx server's private tmpdir) with everything in
- * it; one directory, the last one named. */
+/* ... and removes dir with everything in it (the PMIx server's private
+ * tmpdir, its /dev/shm folder); two directories, a third replaces the
+ * second. */
 void run_guard_remove_dir(struct run_guard *g, const char *dir);
 /* A normal end: the guard exits without killing anything; reaped here. */
 void run_guard_stop(struct run_guard *g);

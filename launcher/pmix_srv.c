@@ -605,21 +605,34 @@ static const char *const query_keys[] = {
 	PMIX_QUERY_NUM_GROUPS, PMIX_QUERY_SUPPORTED_KEYS,
 };
 
-/* This node's workers as pmix_proc_info_t (the process table of a job over
- * several nodes lists this node's part). */
-static void proc_table(const struct pmix_srv *s, const char *hostname, pmix_info_t *out, const char *key)
+/* The job's processes as pmix_proc_info_t: this node's as the launcher
+ * saw them, the other nodes' (PMIX_QUERY_PROC_TABLE over several nodes)
+ * with their node's name and the pid their launcher published (0 until
+ * it did), running while the job runs. PMIX_QUERY_LOCAL_PROC_TABLE lists
+ * this node's only. */
+static void proc_table(const struct pmix_srv *s, pmix_info_t *out, const char *key)
 {
 	pmix_data_array_t *da;
 	pmix_proc_info_t *pi;
-	PMIX_DATA_ARRAY_CREATE(da, s->nlocal, PMIX_PROC_INFO);
+	bool all = s->nodes && strcmp(key, PMIX_QUERY_LOCAL_PROC_TABLE);
+	unsigned n = all ? s->world : s->nlocal, first = all ? 0 : s->base_rank, k = 0;
+	PMIX_DATA_ARRAY_CREATE(da, n, PMIX_PROC_INFO);
 	if (!da)
 		return;
 	pi = da->array;
-	for (unsigned i = 0; i < s->nlocal && pi; i++) {
-		const struct pmix_srv_proc *p = &s->procs[i];
-		PMIX_LOAD_PROCID(&pi[i].proc, s->nspace, s->base_rank + i);
-		pi[i].hostname = strdup(hostname);
+	for (unsigned i = 0; i < n && pi; i++) {
+		unsigned rank = first + i;
+		const struct pmix_srv_proc *p = proc_of(s, rank);
+		while (all && k + 1 < s->nnodes && rank >= s->nodes[k].base + s->nodes[k].nproc)
+			k++;
+		PMIX_LOAD_PROCID(&pi[i].proc, s->nspace, rank);
+		pi[i].hostname = strdup(p || !all ? s->hostname : s->nodes[k].host);
 		pi[i].executable_name = strdup(s->exe);
+		if (!p) {
+			pi[i].pid = s->rpids && rank < s->world ? s->rpids[rank] : 0;
+			pi[i].state = PMIX_PROC_STATE_RUNNING;
+			continue;
+		}
 		pi[i].pid = p->pid;
 		pi[i].exit_code = p->exitcode;
 		pi[i].state = !p->started ? PMIX_PROC_STATE_PREPPED : !p->exited ? PMIX_PROC_STATE_RUNNING
@@ -643,8 +656,7 @@ static void answer_query(struct pmix_srv *s, struct srv_event *ev)
 	size_t nkeys = 0, n = 0, unknown = 0;
 	pmix_data_array_t *da;
 	pmix_info_t *out;
-	char host[256] = "localhost", keys[1024] = "";
-	gethostname(host, sizeof(host) - 1);
+	char keys[1024] = "";
 	for (size_t i = 0; i < ev->nqueries; i++)
 		for (size_t k = 0; ev->queries[i].keys && ev->queries[i].keys[k]; k++)
 			nkeys++;
@@ -669,7 +681,7 @@ static void answer_query(struct pmix_srv *s, struct srv_event *ev)
 			else if (!strcmp(key, PMIX_JOB_SIZE) && s->nspace_registered && (u32 = s->world))
 				PMIX_INFO_LOAD(&out[n++], key, &u32, PMIX_UINT32);
 			else if ((!strcmp(key, PMIX_QUERY_PROC_TABLE) || !strcmp(key, PMIX_QUERY_LOCAL_PROC_TABLE)) && s->procs)
-				proc_table(s, host, &out[n++], key);
+				proc_table(s, &out[n++], key);
 			else if (!strcmp(key, PMIX_QUERY_SPAWN_SUPPORT) || !strcmp(key, PMIX_QUERY_DEBUG_SUPPORT) ||
 				 !strcmp(key, PMIX_QUERY_PSET_NAMES))
 				PMIX_INFO_LOAD(&out[n++], key, "", PMIX_STRING); /* none */
@@ -962,6 +974,9 @@ int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, struct dptp_err *err)
 		s->tmpdir[0] = '\0';
 		return dptp_err_set(err, -e, "cannot create pmix tmpdir in '%s': %s", tmp, strerror(e));
 	}
+	snprintf(s->shmdir, sizeof(s->shmdir), "/dev/shm/dptp-run.XXXXXX");
+	if (!mkdtemp(s->shmdir))
+		s->shmdir[0] = '\0';
 	if (pipe2(s->evpipe, O_CLOEXEC) < 0) {
 		int e = errno;
 		pmix_srv_finalize(s);
@@ -1083,12 +1098,29 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	if (s->fd_hwm > 0)
 		hold_released_fds(s);
 	snprintf(s->nspace, sizeof(s->nspace), "%s", nspace);
+	snprintf(s->hostname, sizeof(s->hostname), "%s", hostname);
 	s->nlocal = nlocal;
 	s->base_rank = base_rank;
 	s->world = world;
 	free(s->procs);
+	free(s->nodes);
+	free(s->rpids);
+	s->nodes = NULL;
+	s->rpids = NULL;
+	s->nnodes = 0;
 	if (!(s->procs = calloc(nlocal ? nlocal : 1, sizeof(*s->procs))))
 		goto nomem;
+	/* the universe as mpirun counts it: every node's slots */
+	s->univ = s->slots ? s->slots : nlocal;
+	if (nodes) {
+		if (!(s->nodes = calloc(nnodes, sizeof(*nodes))) || !(s->rpids = calloc(world ? world : 1, sizeof(pid_t))))
+			goto nomem;
+		memcpy(s->nodes, nodes, nnodes * sizeof(*nodes));
+		s->nnodes = nnodes;
+		s->univ = 0;
+		for (unsigned k = 0; k < nnodes; k++)
+			s->univ += nodes[k].slots ? nodes[k].slots : nodes[k].nproc;
+	}
 
 	peers = malloc(plen);
 	if (!peers)
@@ -1106,8 +1138,11 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	list = PMIx_Info_list_start();
 	if (!list)
 		goto nomem;
+	u32 = s->univ;
+	if (list_add(list, PMIX_UNIV_SIZE, &u32, PMIX_UINT32))
+		goto nomem;
 	u32 = world;
-	if (list_add(list, PMIX_UNIV_SIZE, &u32, PMIX_UINT32) || list_add(list, PMIX_JOB_SIZE, &u32, PMIX_UINT32) ||
+	if (list_add(list, PMIX_JOB_SIZE, &u32, PMIX_UINT32) ||
 	    list_add(list, PMIX_MAX_PROCS, &u32, PMIX_UINT32) || list_add(list, PMIX_APP_SIZE, &u32, PMIX_UINT32))
 		goto nomem;
 	u32 = nlocal;
@@ -1214,12 +1249,36 @@ static int env_add(char ***env, const char *name, const char *value)
 	return 0;
 }
 
+/* name=number, replacing any value *env had. */
+static int env_num(char ***env, const char *name, unsigned v)
+{
+	char num[16];
+	size_t len = strlen(name);
+	for (size_t i = 0; *env && (*env)[i]; i++)
+		if (!strncmp((*env)[i], name, len) && (*env)[i][len] == '=') {
+			char *kv;
+			if (asprintf(&kv, "%s=%u", name, v) < 0)
+				return -ENOMEM;
+			free((*env)[i]);
+			(*env)[i] = kv;
+			return 0;
+		}
+	snprintf(num, sizeof(num), "%u", v);
+	return env_add(env, name, num);
+}
+
 int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct dptp_err *err)
 {
 	pmix_proc_t proc;
 	pmix_status_t rc;
-	if (!s->up || !s->nspace_registered)
+	if (!s->up || !s->nspace_registered) {
+		/* no server for these workers (a mixed job, or none could
+		 * start): Open MPI must fail in MPI_Init, not start a world of
+		 * one process that "succeeds" (mpirun's own setting) */
+		if (env_add(env, "OMPI_MCA_schizo", "^orte") < 0 || env_add(env, "OMPI_MCA_ess", "^singleton") < 0)
+			return dptp_err_set(err, -ENOMEM, "out of memory");
 		return 0;
+	}
 	PMIX_LOAD_PROCID(&proc, s->nspace, rank);
 	rc = PMIx_server_setup_fork(&proc, env);
 	if (rc != PMIX_SUCCESS)
@@ -1236,6 +1295,21 @@ int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct d
 	 * schizo in the application: it asks PMIx_Init first. */
 	if (env_add(env, "OMPI_MCA_schizo", "^orte") < 0 || env_add(env, "OMPI_MCA_ess", "^singleton") < 0)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
+	/* what else mpirun tells its processes: the OMPI_COMM_WORLD_* and
+	 * universe variables (theirs, replacing an outer job's), yielding
+	 * when ranks outnumber the node's cores (busy polling ranks that
+	 * share a core make every collective ~1000x slower), the session
+	 * directory inside the private tmpdir and the shared-memory backing
+	 * files in the launcher's own /dev/shm folder: both go with the job,
+	 * however it ends, and two nodes on one machine never meet there */
+	unsigned lr = rank - s->base_rank;
+	if (env_num(env, "OMPI_COMM_WORLD_SIZE", s->world) < 0 || env_num(env, "OMPI_COMM_WORLD_RANK", rank) < 0 ||
+	    env_num(env, "OMPI_COMM_WORLD_LOCAL_RANK", lr) < 0 || env_num(env, "OMPI_COMM_WORLD_LOCAL_SIZE", s->nlocal) < 0 ||
+	    env_num(env, "OMPI_COMM_WORLD_NODE_RANK", lr) < 0 || env_num(env, "OMPI_UNIVERSE_SIZE", s->univ) < 0 ||
+	    env_add(env, "OMPI_MCA_mpi_oversubscribe", s->slots && s->nlocal > s->slots ? "1" : "0") < 0 ||
+	    env_add(env, "OMPI_MCA_orte_tmpdir_base", s->tmpdir) < 0 ||
+	    (s->shmdir[0] && env_add(env, "OMPI_MCA_btl_vader_backing_directory", s->shmdir) < 0))
+		return dptp_err_set(err, -ENOMEM, "out of memory");
 	return 0;
 }
 
@@ -1250,6 +1324,8 @@ void pmix_srv_deregister_job(struct pmix_srv *s)
 	s->nspace_registered = false;
 	free(s->procs);
 	s->procs = NULL;
+	free(s->rpids);
+	s->rpids = NULL;
 }
 
 /* Why the launcher deregisters a worker's client before it signals it.
@@ -1316,6 +1392,20 @@ int pmix_srv_fd(const struct pmix_srv *s)
 	return s->up ? s->evpipe[0] : -1;
 }
 
+static void remove_dirs(struct pmix_srv *s)
+{
+	if (s->tmpdir[0]) {
+		rm_tree(s->tmpdir);
+		s->tmpdir[0] = '\0';
+	}
+	if (s->shmdir[0]) {
+		rm_tree(s->shmdir);
+		s->shmdir[0] = '\0';
+	}
+	free(s->nodes);
+	s->nodes = NULL;
+}
+
 void pmix_srv_abandon(struct pmix_srv *s)
 {
 	/* after workers died mid-protocol, PMIx_server_finalize can deadlock
@@ -1332,10 +1422,9 @@ void pmix_srv_abandon(struct pmix_srv *s)
 	drop_fd_holds(s);
 	free(s->procs);
 	s->procs = NULL;
-	if (s->tmpdir[0]) {
-		rm_tree(s->tmpdir);
-		s->tmpdir[0] = '\0';
-	}
+	free(s->rpids);
+	s->rpids = NULL;
+	remove_dirs(s);
 }
 
 void pmix_srv_finalize(struct pmix_srv *s)
@@ -1363,8 +1452,7 @@ void pmix_srv_finalize(struct pmix_srv *s)
 			close(s->evpipe[i]);
 			s->evpipe[i] = -1;
 		}
-	if (s->tmpdir[0]) {
-		rm_tree(s->tmpdir);
-		s->tmpdir[0] = '\0';
-	}
+	free(s->rpids);
+	s->rpids = NULL;
+	remove_dirs(s);
 }

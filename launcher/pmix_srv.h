@@ -31,6 +31,17 @@ struct pmix_srv {
 	unsigned world;
 	struct pmix_srv_proc *procs; /* per local rank of the current job */
 	char exe[256];               /* the workers' executable, for queries */
+	char hostname[256];          /* this node's name in the job (rdzv_hostname) */
+	unsigned slots;              /* this node's cores (rdzv_slots), set by the caller */
+	unsigned univ;               /* universe size: the job's nodes' slots */
+	/* Open MPI's shared-memory backing files (btl_vader_backing_directory):
+	 * a 0700 folder in /dev/shm per launcher, removed with the tmpdir, so
+	 * that nodes laid over one machine never share a segment name and no
+	 * segment outlives the job; "" when /dev/shm is not there */
+	char shmdir[PATH_MAX];
+	struct rdzv_node *nodes;     /* the job's nodes (copy), NULL: one node */
+	unsigned nnodes;
+	pid_t *rpids;                /* per global rank: the other nodes' pids (xnode) */
 	/* upcalls read while waiting for deregistrations during a job, kept
 	 * in order for the next pmix_srv_dispatch */
 	struct srv_event *stash, **stash_end;

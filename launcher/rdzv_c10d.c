@@ -49,6 +49,8 @@ struct rdzv_c10d {
 	unsigned wport;
 	bool heartbeats;   /* on between a completed join and the next one */
 	bool joined_once;
+	char host[256];    /* the endpoint: the store of dptp-run's own keys too */
+	unsigned port;
 };
 
 enum action { A_KEEP_ALIVE, A_ADD_PART, A_ADD_WAIT, A_ADD_REDUND, A_REM_PART, A_REM_WAIT, A_REM_REDUND,
@@ -438,6 +440,8 @@ static int c10d_start(struct rendezvous *r, struct dptp_err *err)
 		}
 	}
 	DPTP_TRY(connect_store(r, host, (unsigned)port, err));
+	snprintf(c->host, sizeof(c->host), "%s", host);
+	c->port = (unsigned)port;
 	snprintf(c->key, sizeof(c->key), "torch.rendezvous.%s", r->run_id);
 	/* the backend's constructor: the sentinel unless a state exists */
 	struct dptp_tcpstore_buf cur = {0};
@@ -553,6 +557,44 @@ static int check_round(struct rendezvous *r, struct dptp_err *err)
 	return 0;
 }
 
+/* Under the round's prefix on the state connection: this node's dptp
+ * record, torchrun's rank assignment (agent connection), its check, and
+ * every node's record when all are there (out->nodes; else out->mixed). */
+static int c10d_round_nodes(struct rendezvous *r, unsigned rank, unsigned world, struct rdzv_info *out, unsigned rk[4],
+	struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	char key[64], val[320];
+	char **keys = calloc(world, sizeof(*keys));
+	bool all = true, ready = false;
+	int rc = keys ? 0 : dptp_err_set(err, -ENOMEM, "out of memory");
+	for (unsigned i = 0; rc == 0 && i < world; i++)
+		if (!(keys[i] = malloc(32)))
+			rc = dptp_err_set(err, -ENOMEM, "out of memory");
+		else
+			snprintf(keys[i], 32, "dptp/node/%u", i);
+	snprintf(key, sizeof(key), "dptp/node/%u", rank);
+	snprintf(val, sizeof(val), "%u %d %u %s", r->opts->nproc, (int)getpid(), rdzv_slots(), r->hostname);
+	if (rc == 0 && (rc = dptp_tcpstore_client_set(c->c, key, val, strlen(val), err)) == 0)
+		rc = dptp_tcpstore_client_check(c->c, (const char *const *)keys, 1, &ready, err);
+	if (rc == 0)
+		rc = rdzv_assign_ranks(r, r->agent, rank, world, rk, err);
+	if (rc == 0)
+		rc = rdzv_check_ranks(r, c->c, rank, world, rk, err);
+	if (rc == 0)
+		rdzv_info_set_ranks(out, rank, world, rk);
+	for (unsigned i = 0; rc == 0 && all && i < world; i++) {
+		const char *k1[] = {keys[i]};
+		rc = dptp_tcpstore_client_check(c->c, k1, 1, &all, err);
+	}
+	if (rc == 0 && all && world > 1)
+		rc = rdzv_read_nodes(r, c->c, (const char *const *)keys, world, rank, out, err);
+	out->mixed = world > 1 && !all;
+	if (keys)
+		dptp_tcpstore_keys_free(keys, world);
+	return rc;
+}
+
 static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *out, struct dptp_err *err)
 {
 	const struct run_opts *o = r->opts;
@@ -585,19 +627,23 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 	if (dptp_tcpstore_client_set_prefix(r->agent, prefix) < 0)
 		return dptp_err_set(err, -EMSGSIZE, "run id '%s' is too long for a store key", r->run_id);
 	DPTP_TRY(store_info(r, rank, out, err));
-	DPTP_TRY(rdzv_assign_ranks(r, r->agent, rank, world, rk, err));
-	/* checked over the state's connection, under the round's prefix */
+	/* dptp-run's node record before its role_info, over the state's
+	 * connection (a CHECK's reply orders it first): once its ranks are
+	 * assigned, a node knows whether every node of the round is a
+	 * dptp-run (one PMIx job across them) */
 	if (dptp_tcpstore_client_set_prefix(c->c, prefix) < 0)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
-	int rc = rdzv_check_ranks(r, c->c, rank, world, rk, err);
+	int rc = c10d_round_nodes(r, rank, world, out, rk, err);
 	if (dptp_tcpstore_client_set_prefix(c->c, "/") < 0 && rc == 0)
 		rc = dptp_err_set(err, -ENOMEM, "out of memory");
 	DPTP_TRY(rc);
-	rdzv_info_set_ranks(out, rank, world, rk);
 	snprintf(out->run_id, sizeof(out->run_id), "%s", r->run_id);
-	snprintf(out->dptp_prefix, sizeof(out->dptp_prefix), "/%s/dptp/%u/", r->run_id, restart);
-	snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", (int)getpid(), restart);
-	out->mixed = world > 1; /* no cross-node PMIx under c10d: dptp-check takes the torchrun environment */
+	snprintf(out->dptp_prefix, sizeof(out->dptp_prefix), "%sdptp/", prefix);
+	snprintf(out->store_addr, sizeof(out->store_addr), "%s", c->host);
+	out->store_port = c->port;
+	/* every node names the job alike: node 0's pid and the round */
+	snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%lld", out->nodes ? out->nodes[0].pid : (int)getpid(),
+		s->round);
 	return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,54 @@ void rdzv_fqdn(char *buf, size_t len)
 			snprintf(buf, len, "%s", res->ai_canonname);
 		freeaddrinfo(res);
 	}
+}
+
+void rdzv_hostname(char *buf, size_t len)
+{
+	const char *h = getenv("DPTP_HOSTNAME");
+	if (h && *h) {
+		snprintf(buf, len, "%s", h);
+		return;
+	}
+	if (gethostname(buf, len - 1) < 0)
+		snprintf(buf, len, "localhost");
+	buf[len - 1] = '\0';
+}
+
+unsigned rdzv_slots(void)
+{
+	cpu_set_t set;
+	unsigned n = 0, cores = 0;
+	long seen[CPU_SETSIZE];
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return 1;
+	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+		char path[96];
+		long pkg = -1, core = cpu, key;
+		if (!CPU_ISSET(cpu, &set))
+			continue;
+		n++;
+		FILE *f;
+		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+		if ((f = fopen(path, "r"))) {
+			if (fscanf(f, "%ld", &pkg) != 1)
+				pkg = -1;
+			fclose(f);
+		}
+		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+		if ((f = fopen(path, "r"))) {
+			if (fscanf(f, "%ld", &core) != 1)
+				core = cpu;
+			fclose(f);
+		}
+		key = (pkg + 1) * 1000000 + core;
+		unsigned k = 0;
+		while (k < cores && seen[k] != key)
+			k++;
+		if (k == cores)
+			seen[cores++] = key;
+	}
+	return cores ? cores : n ? n : 1;
 }
 
 static void uuid4(char *out, size_t len)
@@ -124,6 +173,8 @@ static void fill_common(const struct rendezvous *r, unsigned restart, struct rdz
 	out->master_port = r->master_port;
 	snprintf(out->run_id, sizeof(out->run_id), "%s", r->run_id);
 	out->use_agent_store = true;
+	snprintf(out->store_addr, sizeof(out->store_addr), "%s", r->master_addr);
+	out->store_port = r->master_port;
 	snprintf(out->dptp_prefix, sizeof(out->dptp_prefix), "/%s/dptp/%u/", r->run_id, restart);
 }
 
@@ -520,12 +571,53 @@ static int wait_nodes(struct rendezvous *r, unsigned restart, const char *const 
 	}
 }
 
+int rdzv_read_nodes(struct rendezvous *r, struct dptp_tcpstore_client *c, const char *const *keys, unsigned n,
+	unsigned me, struct rdzv_info *out, struct dptp_err *err)
+{
+	struct dptp_tcpstore_buf *bufs = NULL;
+	uint64_t base = 0;
+	int rc;
+	DPTP_TRY(dptp_tcpstore_client_multi_get(c, keys, n, &bufs, err));
+	free(r->nodes);
+	r->nodes = calloc(n, sizeof(*r->nodes));
+	rc = r->nodes ? 0 : dptp_err_set(err, -ENOMEM, "out of memory");
+	for (unsigned i = 0; rc == 0 && i < n; i++) {
+		struct rdzv_node *nd = &r->nodes[i];
+		int used = 0;
+		if (!bufs[i].data || sscanf((char *)bufs[i].data, "%u %d %u %n", &nd->nproc, &nd->pid, &nd->slots, &used) < 3 ||
+		    !used) {
+			rc = dptp_err_set(err, -EPROTO, "node %u's dptp record is malformed: '%.100s'", i,
+				bufs[i].data ? (char *)bufs[i].data : "");
+			break;
+		}
+		if (nd->nproc < 1 || nd->nproc > RDZV_MAX_NPROC || nd->pid <= 0 ||
+		    (i == me && nd->nproc != r->opts->nproc)) {
+			rc = dptp_err_set(err, -EPROTO, "node %u's dptp record '%.100s' claims %u workers (pid %d); "
+				"expected 1..%u%s", i, (char *)bufs[i].data, nd->nproc, nd->pid, RDZV_MAX_NPROC,
+				i == me ? ", and this node's own --nproc-per-node" : "");
+			break;
+		}
+		snprintf(nd->host, sizeof(nd->host), "%s", (char *)bufs[i].data + used);
+		nd->base = (unsigned)base;
+		base += nd->nproc;
+	}
+	if (rc == 0 && (base != out->global_world_size || r->nodes[me].base != out->base_global_rank))
+		rc = dptp_err_set(err, -EPROTO, "the nodes' records (%llu ranks) disagree with assigned_ranks (world %u)",
+			(unsigned long long)base, out->global_world_size);
+	dptp_tcpstore_bufs_free(bufs, n);
+	if (rc < 0)
+		return rc;
+	r->nnodes = n;
+	out->nodes = r->nodes;
+	return 0;
+}
+
 static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *out, struct dptp_err *err)
 {
 	const struct run_opts *o = r->opts;
 	unsigned me = o->node_rank, n = o->max_nodes, rk[4];
 	char key[256], val[512];
-	struct dptp_tcpstore_buf *bufs = NULL, mine = {0};
+	struct dptp_tcpstore_buf mine = {0};
 	char **keys = NULL;
 	int rc = 0;
 	bool node0_dptp = true, all = true;
@@ -548,7 +640,7 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 	/* dptp-run's node record first, on its own connection: a CHECK after
 	 * it (it has a reply) orders it before our role_info */
 	snprintf(key, sizeof(key), "dptp/%u/node/%u", restart, me);
-	snprintf(val, sizeof(val), "%u %d %s", o->nproc, (int)getpid(), r->hostname);
+	snprintf(val, sizeof(val), "%u %d %u %s", o->nproc, (int)getpid(), rdzv_slots(), r->hostname);
 	{
 		const char *k1[] = {key};
 		char nk[64], nv[16];
@@ -634,39 +726,8 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 		out->mixed = true;
 		goto out;
 	}
-	if ((rc = dptp_tcpstore_client_multi_get(r->ext, (const char *const *)keys, n, &bufs, err)) < 0)
+	if ((rc = rdzv_read_nodes(r, r->ext, (const char *const *)keys, n, me, out, err)) < 0)
 		goto out;
-	free(r->nodes);
-	r->nodes = calloc(n, sizeof(*r->nodes));
-	if (!r->nodes)
-		goto nomem;
-	uint64_t base = 0;
-	for (unsigned i = 0; i < n; i++) {
-		struct rdzv_node *nd = &r->nodes[i];
-		int used = 0;
-		if (!bufs[i].data || sscanf((char *)bufs[i].data, "%u %d %n", &nd->nproc, &nd->pid, &used) < 2 || !used) {
-			rc = dptp_err_set(err, -EPROTO, "node %u's dptp record is malformed: '%.100s'", i,
-				bufs[i].data ? (char *)bufs[i].data : "");
-			goto out;
-		}
-		if (nd->nproc < 1 || nd->nproc > RDZV_MAX_NPROC || nd->pid <= 0 ||
-		    (i == me && nd->nproc != o->nproc)) {
-			rc = dptp_err_set(err, -EPROTO, "node %u's dptp record '%.100s' claims %u workers (pid %d); "
-				"expected 1..%u%s", i, (char *)bufs[i].data, nd->nproc, nd->pid, RDZV_MAX_NPROC,
-				i == me ? ", and this node's own --nproc-per-node" : "");
-			goto out;
-		}
-		snprintf(nd->host, sizeof(nd->host), "%s", (char *)bufs[i].data + used);
-		nd->base = (unsigned)base;
-		base += nd->nproc;
-	}
-	if (base != out->global_world_size || r->nodes[me].base != out->base_global_rank) {
-		rc = dptp_err_set(err, -EPROTO, "the nodes' records (%llu ranks) disagree with assigned_ranks (world %u)",
-			(unsigned long long)base, out->global_world_size);
-		goto out;
-	}
-	r->nnodes = n;
-	out->nodes = r->nodes;
 	snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", r->nodes[0].pid, restart);
 	goto out;
 nomem:
@@ -676,7 +737,6 @@ out:
 		refuse(r, restart, err);
 	if (!out->nodes)
 		snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", (int)getpid(), restart);
-	dptp_tcpstore_bufs_free(bufs, n);
 	free(mine.data);
 	dptp_tcpstore_keys_free(keys, n);
 	return rc;
@@ -750,8 +810,7 @@ int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_
 	r->ops = &single_ops;
 	r->opts = o;
 	r->abort_fd = -1;
-	if (gethostname(r->hostname, sizeof(r->hostname) - 1) < 0)
-		snprintf(r->hostname, sizeof(r->hostname), "localhost");
+	rdzv_hostname(r->hostname, sizeof(r->hostname));
 	/* the node count bounds every table sized by it: each node runs a
 	 * worker at least, this one its --nproc-per-node */
 	if (o->max_nodes < 1 || o->nproc < 1 || o->nproc > RDZV_MAX_NPROC ||

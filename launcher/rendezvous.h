@@ -46,6 +46,7 @@ struct dptp_tcpstore_client;
 struct rdzv_node {
 	unsigned nproc;
 	unsigned base; /* first global rank */
+	unsigned slots; /* cores its workers may use (rdzv_slots) */
 	int pid;
 	char host[256];
 };
@@ -66,7 +67,13 @@ struct rdzv_info {
 	const struct rdzv_node *nodes;
 	bool mixed; /* several nodes and some are not dptp-run */
 	char nspace[128];
-	char dptp_prefix[128]; /* "/<run_id>/dptp/<attempt>/": raw store keys */
+	/* raw store keys of dptp-run's own (cross-node fences, heartbeats,
+	 * failure reports): "/<run_id>/dptp/<attempt>/" (static) or
+	 * "/torch.rendezvous.<run_id>.<round>/dptp/" (c10d), on the store at
+	 * store_addr:store_port (node 0's agent store, the c10d endpoint) */
+	char dptp_prefix[128];
+	char store_addr[256];
+	unsigned store_port;
 };
 
 struct rendezvous;
@@ -141,6 +148,18 @@ int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_er
 /* Multi-node: tells the other dptp-run nodes this attempt failed (they stop
  * their workers). */
 void rendezvous_report_failure(struct rendezvous *r);
+
+/* Every node's dptp record ("<nproc> <pid> <host>" under keys, n of them,
+ * this one me) over c: r->nodes and out->nodes, each node's first global
+ * rank, checked against out's assignment. */
+int rdzv_read_nodes(struct rendezvous *r, struct dptp_tcpstore_client *c, const char *const *keys, unsigned n,
+	unsigned me, struct rdzv_info *out, struct dptp_err *err);
+/* The name this node goes by in the job: DPTP_HOSTNAME when set (several
+ * nodes laid over one machine), else gethostname(). */
+void rdzv_hostname(char *buf, size_t len);
+/* mpirun's slots of this node: the cores (not hardware threads) this
+ * process may run on, at least 1. */
+unsigned rdzv_slots(void);
 
 /* socket.getfqdn(): the canonical name when it has a dot, else the host name. */
 void rdzv_fqdn(char *buf, size_t len);

@@ -49,6 +49,7 @@ struct job {
 	struct pmix_srv srv;
 	struct xnode *xn;   /* cross-node fences (several dptp-run nodes) */
 	int peer_failed;    /* another node reported a failed attempt: -1 none */
+	char lost[400];     /* a lost node (xnode_lost), as reported; "" none */
 	struct log_dirs logs;
 	struct worker_cmd cmd;
 	struct worker *w;
@@ -58,6 +59,7 @@ struct job {
 	bool regroup;       /* nodes wait for the next round: workers stopped for it */
 	bool tick_failed;   /* a rendezvous tick failed (logged once) */
 	bool started_once;  /* workers were started (torch's signal handlers are on) */
+	bool warned_mixed;  /* the no-PMIx warning of a mixed job was given */
 	char hostname[256];
 	unsigned restart_count;
 	struct failure *fail;
@@ -433,6 +435,7 @@ wait:;
 			timeout = j->deadline - now;
 		if (j->alive == 0 && drain_deadline > 0 && drain_deadline - now < timeout)
 			timeout = drain_deadline - now;
+		timeout = xnode_poll_timeout(j->xn, timeout);
 		if (timeout < 0 || pmix_srv_pending(&j->srv)) /* upcalls read during a stop's wait */
 			timeout = 0;
 
@@ -469,7 +472,17 @@ wait:;
 		}
 		if (j->xn) {
 			int who = xnode_handle(j->xn, pfd + xfirst, nx);
-			if (who >= 0 && j->peer_failed < 0) {
+			const char *why = NULL;
+			int lost = xnode_lost(j->xn, &why);
+			if (lost >= 0 && !j->lost[0]) {
+				const struct rdzv_node *nd = &j->info.nodes[lost];
+				snprintf(j->lost, sizeof(j->lost), "node %d (%s, launcher pid %d, ranks %u-%u) was lost: %s", lost,
+					nd->host, nd->pid, nd->base, nd->base + nd->nproc - 1, why);
+				logmsg('E', "%s; stopping the local workers", j->lost);
+				j->peer_failed = lost;
+				rendezvous_report_failure(&j->rdzv); /* the other nodes stop too */
+				begin_stop(j, SIGTERM);
+			} else if (who >= 0 && j->peer_failed < 0) {
 				j->peer_failed = who;
 				logmsg('E', "another node reported a failed attempt %u; stopping the local workers", j->restart_count);
 				begin_stop(j, SIGTERM);
@@ -483,7 +496,14 @@ wait:;
 				log_stream_pump(map[k]);
 		reap(j); /* on SIGCHLD, and as the monitor-interval safety net */
 		/* after reap: a worker that failed meanwhile counts as a failure */
-		if (j->rdzv.c10d && j->alive && !j->stopping) {
+		if (j->rdzv.c10d && !(j->alive && !j->stopping)) {
+			/* torch's heartbeat timer runs while the agent waits, too */
+			struct dptp_err e = {0};
+			if (rendezvous_heartbeat(&j->rdzv, &e) < 0 && !j->tick_failed) {
+				logmsg('W', "rendezvous heartbeat: %s", e.msg);
+				j->tick_failed = true;
+			}
+		} else if (j->rdzv.c10d) {
 			struct dptp_err e = {0};
 			int waiting = rendezvous_tick(&j->rdzv, &e);
 			if (waiting > 0) {
@@ -591,6 +611,7 @@ static enum attempt_result attempt(struct job *j)
 	j->signal_received = 0;
 	j->alive = 0;
 	j->peer_failed = -1;
+	j->lost[0] = '\0';
 	j->regroup = false;
 	double t0 = dptp_now();
 	int nrc = j->rdzv.ops->next(&j->rdzv, j->restart_count, &j->info, &err);
@@ -606,10 +627,17 @@ static enum attempt_result attempt(struct job *j)
 	if (nrc < 0)
 		goto error;
 	phase("rendezvous done");
-	if (j->info.mixed && j->restart_count == 0 && !j->rdzv.c10d)
-		logmsg('W', "not every node runs dptp-run: workers get no PMIx server (dptp-check then bootstraps from the torchrun environment)");
-	if (j->info.nodes && xnode_start(&j->xn, j->info.master_addr, j->info.master_port, j->info.dptp_prefix,
-		j->info.nodes, j->info.group_world_size, j->info.group_rank, o->rdzv_timeout, &j->srv, &err) < 0)
+	if (j->info.mixed && !j->warned_mixed) {
+		logmsg('W', "not every node runs dptp-run: workers get no PMIx server (dptp-check then bootstraps from the "
+			"torchrun environment; MPI_Init fails rather than start a one-process world)");
+		j->warned_mixed = true;
+	}
+	if (j->info.nodes && xnode_start(&j->xn, j->info.store_addr, j->info.store_port, j->info.dptp_prefix,
+		j->info.nodes, j->info.group_world_size, j->info.group_rank, o->rdzv_timeout,
+		/* static: heartbeats of its own (c10d has the rendezvous' keep-alive,
+		 * and a node leaving the round is no loss there) */
+		j->rdzv.c10d ? 0 : o->c10d.keep_alive_interval,
+		(double)o->c10d.keep_alive_interval * o->c10d.keep_alive_max_attempt, &j->srv, &err) < 0)
 		goto error;
 	if (log_dirs_attempt(&j->logs, j->restart_count, j->n, &attempt_dir, &err) < 0)
 		goto error;
@@ -689,7 +717,9 @@ static enum attempt_result attempt(struct job *j)
 	for (unsigned i = 0; i < j->n; i++)
 		if (j->w[i].exitcode != 0 && !j->w[i].recorded && !j->w[i].alive)
 			record(j, &j->w[i], j->w[i].exitcode, NULL);
-	if (!j->nfail && j->peer_failed >= 0) {
+	if (j->lost[0]) {
+		res = ATT_FAILED;
+	} else if (!j->nfail && j->peer_failed >= 0) {
 		logmsg('E', "the job failed on another node; this node's workers had succeeded");
 		res = ATT_FAILED;
 	} else if (j->nfail) {
@@ -811,8 +841,7 @@ int supervise_run(const struct run_opts *o)
 	if ((rc = run_guard_start(&j.guard)) < 0)
 		fprintf(stderr, "dptp-run: warning: no worker guard (%s): a SIGKILLed launcher leaves its workers' children\n",
 			strerror(-rc));
-	if (gethostname(j.hostname, sizeof(j.hostname) - 1) < 0)
-		snprintf(j.hostname, sizeof(j.hostname), "localhost");
+	rdzv_hostname(j.hostname, sizeof(j.hostname));
 	if ((rc = pmix_srv_init(&j.srv, o->nproc, &err)) == -EINVAL) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		status = 2;
@@ -822,6 +851,9 @@ int supervise_run(const struct run_opts *o)
 	}
 	if (j.srv.tmpdir[0])
 		run_guard_remove_dir(&j.guard, j.srv.tmpdir);
+	if (j.srv.shmdir[0])
+		run_guard_remove_dir(&j.guard, j.srv.shmdir);
+	j.srv.slots = rdzv_slots();
 	phase("pmix server up");
 
 	for (;;) {
@@ -857,6 +889,7 @@ int supervise_run(const struct run_opts *o)
 		if (r == ATT_FAILED)
 			rendezvous_report_failure(&j.rdzv);
 		if (r == ATT_SIGNALLED) {
+			rendezvous_report_failure(&j.rdzv); /* the other nodes stop now, not on a lost heartbeat */
 			j.rdzv.no_grace = true;
 			signal_event(&j);
 			fprintf(stderr, "SignalException: Process %d got signal: %d\n", (int)getpid(), j.signal_received);
@@ -864,6 +897,11 @@ int supervise_run(const struct run_opts *o)
 		}
 		if (r == ATT_ERROR) {
 			failed_event(&j, j.last_error);
+			break;
+		}
+		if (j.lost[0]) { /* a static job cannot go on without a node */
+			end_events(&j, true);
+			fprintf(stderr, "dptp-run: error: %s; the job failed\n", j.lost);
 			break;
 		}
 		if (j.restart_count < o->max_restarts) {

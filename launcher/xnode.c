@@ -15,7 +15,7 @@
 #include "env.h"
 #include "wire/tcpstore.h"
 
-enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT };
+enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT, X_HB };
 
 struct xop {
 	int fd;
@@ -53,6 +53,17 @@ struct xnode {
 	struct xop *serve; /* pops other nodes' direct-modex requests */
 	int finish; /* 0 not asked, 1 waiting for the other nodes, 2 all done */
 	unsigned long dmdx_id;
+	/* liveness: every hb_interval s this node ADDs 1 to <prefix>hb/<me>
+	 * and reads every other node's counter (ADD 0); a node whose counter
+	 * has not moved for hb_timeout s is lost, and so is the store (node
+	 * 0's, or the c10d endpoint) when it leaves a round unanswered as long */
+	struct xop *hb;
+	double hb_interval, hb_timeout, hb_next, hb_sent;
+	bool hb_waiting;
+	uint64_t *hb_val;
+	double *hb_seen;
+	int lost;          /* the lost node, -1 none */
+	char lost_why[160];
 };
 
 struct dmdx_token {
@@ -207,8 +218,8 @@ static int qkey(const struct xnode *x, unsigned node, char *key, size_t len)
 }
 
 int xnode_start(struct xnode **out, const char *host, unsigned port, const char *prefix,
-	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, struct pmix_srv *srv,
-	struct dptp_err *err)
+	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, double hb_interval,
+	double hb_timeout, struct pmix_srv *srv, struct dptp_err *err)
 {
 	struct xnode *x = calloc(1, sizeof(*x));
 	struct xop *w;
@@ -239,6 +250,23 @@ int xnode_start(struct xnode **out, const char *host, unsigned port, const char 
 		return dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u", key, host, port);
 	}
 	x->serve->st = X_QWAIT;
+	x->lost = -1;
+	if (hb_interval > 0) {
+		double now = dptp_now();
+		x->hb = op_new(x, 0);
+		x->hb_val = calloc(nnodes, sizeof(*x->hb_val));
+		x->hb_seen = calloc(nnodes, sizeof(*x->hb_seen));
+		if (!x->hb || !x->hb_val || !x->hb_seen) {
+			xnode_stop(x);
+			return dptp_err_set(err, -ECONNREFUSED, "cannot send heartbeats to the store at %s:%u", host, port);
+		}
+		x->hb->st = X_HB;
+		x->hb_interval = hb_interval;
+		x->hb_timeout = hb_timeout;
+		x->hb_next = now;
+		for (unsigned k = 0; k < nnodes; k++)
+			x->hb_seen[k] = now;
+	}
 	*out = x;
 	return 0;
 }
@@ -250,6 +278,8 @@ void xnode_stop(struct xnode *x)
 	for (size_t i = 0; i < x->nops; i++)
 		op_fail(x->ops[i], "the attempt ended");
 	free(x->seqs);
+	free(x->hb_val);
+	free(x->hb_seen);
 	free(x);
 }
 
@@ -365,9 +395,13 @@ out:
 	free(ranks);
 }
 
+static void hb_tick(struct xnode *x, double now);
+
 size_t xnode_pollfds(struct xnode *x, struct pollfd *pfd, size_t max)
 {
 	size_t n = 0;
+	if (x)
+		hb_tick(x, dptp_now()); /* before the poll: its frames go out now */
 	for (size_t i = 0; x && i < x->nops && n < max; i++)
 		pfd[n++] = (struct pollfd){.fd = x->ops[i]->fd,
 			.events = POLLIN | (x->ops[i]->outoff < x->ops[i]->outlen ? POLLOUT : 0)};
@@ -493,6 +527,22 @@ rewait:
 				return 0;
 			x->finish = 2;
 			return 1;
+		case X_HB: {
+			double now = dptp_now();
+			if (!x->hb_waiting || o->inlen < 8 * (size_t)x->nnodes)
+				return 0;
+			for (unsigned k = 0; k < x->nnodes; k++) {
+				uint64_t v = get_u64(o->in + 8 * k);
+				if (v != x->hb_val[k]) {
+					x->hb_val[k] = v;
+					x->hb_seen[k] = now;
+				}
+			}
+			o->inlen -= 8 * (size_t)x->nnodes;
+			memmove(o->in, o->in + 8 * (size_t)x->nnodes, o->inlen);
+			x->hb_waiting = false;
+			break;
+		}
 		case X_ADD: {
 			if (o->inlen < 8)
 				return 0;
@@ -564,6 +614,63 @@ rewait:
 	}
 }
 
+static void set_lost(struct xnode *x, unsigned node, const char *why)
+{
+	if (x->lost >= 0)
+		return;
+	x->lost = (int)node;
+	snprintf(x->lost_why, sizeof(x->lost_why), "%s", why);
+}
+
+/* Sends the heartbeat round when due; judges the other nodes' silence. */
+static void hb_tick(struct xnode *x, double now)
+{
+	char key[192], why[160];
+	if (!x->hb || x->finish == 2 || x->lost >= 0)
+		return;
+	if (x->hb_waiting && now - x->hb_sent > x->hb_timeout) {
+		snprintf(why, sizeof(why), "its store at %s:%u left a heartbeat unanswered for %.0f s", x->host, x->port,
+			now - x->hb_sent);
+		set_lost(x, 0, why);
+		return;
+	}
+	for (unsigned k = 0; k < x->nnodes; k++)
+		if (k != x->me && now - x->hb_seen[k] > x->hb_timeout) {
+			snprintf(why, sizeof(why), "no heartbeat for %.0f s", now - x->hb_seen[k]);
+			set_lost(x, k, why);
+			return;
+		}
+	if (x->hb_waiting || now < x->hb_next)
+		return;
+	for (unsigned k = 0; k < x->nnodes; k++) {
+		snprintf(key, sizeof(key), "%shb/%u", x->prefix, k);
+		if (put_u8(x->hb, DPTP_TCPSTORE_ADD) || put_str(x->hb, key, strlen(key)) || put_u64(x->hb, k == x->me))
+			return;
+	}
+	x->hb_waiting = true;
+	x->hb_sent = now;
+	x->hb_next = now + x->hb_interval;
+}
+
+int xnode_lost(const struct xnode *x, const char **why)
+{
+	if (!x || x->lost < 0)
+		return -1;
+	if (why)
+		*why = x->lost_why;
+	return x->lost;
+}
+
+double xnode_poll_timeout(const struct xnode *x, double timeout)
+{
+	if (x && x->hb && !x->hb_waiting) {
+		double left = x->hb_next - dptp_now();
+		if (left < timeout)
+			timeout = left > 0 ? left : 0;
+	}
+	return timeout;
+}
+
 int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 {
 	double now = dptp_now();
@@ -614,6 +721,12 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 		if (why && o == x->serve) {
 			xlog("lost the direct-modex queue on the store: %s", why);
 			x->serve = NULL;
+		}
+		if (why && o == x->hb) {
+			char w[160];
+			snprintf(w, sizeof(w), "its store at %s:%u: %s", x->host, x->port, why);
+			set_lost(x, 0, w);
+			x->hb = NULL;
 		}
 		if (why || rc == 1) {
 			if (o->st == X_WATCH && why && !strcmp(why, "the store closed the connection"))

@@ -21,7 +21,10 @@
  * then the blob).
  *
  * The same object watches <prefix>failed: another node reporting a failed
- * attempt ends this node's attempt too. */
+ * attempt ends this node's attempt too; and the other nodes' liveness:
+ * heartbeats as counters under <prefix>hb/<node>, on a connection of their
+ * own, so that a node whose launcher died (SIGKILL, a lost host) is noticed
+ * within a bounded time, as the store host's loss is. */
 #ifndef DPTP_LAUNCHER_XNODE_H
 #define DPTP_LAUNCHER_XNODE_H
 
@@ -36,10 +39,17 @@
 
 struct xnode;
 
-/* Connects the failure watch. Borrows nodes for the object's lifetime. */
+/* Connects the failure watch. Borrows nodes for the object's lifetime.
+ * hb_interval > 0: heartbeats every hb_interval s, a node silent for
+ * hb_timeout s is lost (xnode_lost). */
 int xnode_start(struct xnode **out, const char *host, unsigned port, const char *prefix,
-	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, struct pmix_srv *srv,
-	struct dptp_err *err);
+	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, double hb_interval,
+	double hb_timeout, struct pmix_srv *srv, struct dptp_err *err);
+/* The node found lost (its reason in *why), or -1. Once every node's
+ * workers are done (xnode_finish), silence is no loss. */
+int xnode_lost(const struct xnode *x, const char **why);
+/* timeout, or less when the next heartbeat is due sooner. */
+double xnode_poll_timeout(const struct xnode *x, double timeout);
 /* Fails every pending fence and closes every connection; NULL is fine. */
 void xnode_stop(struct xnode *x);
 /* Takes f: completes it now (participants all local) or after the exchange. */

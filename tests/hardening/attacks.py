@@ -751,7 +751,7 @@ def case_forged_static():
         ("world 65538", 65536, 65536, "[65536, 65538, 65536, 65538]", r"node 0's role_info claims 65536 workers"),
         ("world 2^20", 1048574, 1048574, "[1048574, 1048576, 1048574, 1048576]",
          r"node 0's role_info claims 1048574 workers"),
-        ("node record alone", 65536, 2, "[2, 4, 2, 4]", r"node 0's dptp record '65536 \d+ evil-node0' claims 65536"),
+        ("node record alone", 65536, 2, "[2, 4, 2, 4]", r"node 0's dptp record '65536 \d+ 2 evil-node0' claims 65536"),
         ("ranks of node 0", 2, 2, "[0, 4, 0, 4]", r"assigned_ranks \[0, 4, 0, 4\] of node 1 disagree with the "
          r"nodes' role_info, which give \[2, 4, 2, 4\]"),
         ("world 2^32 + 4", 2, 2, "[2, 4294967300, 2, 4]", r"assigned_ranks '\[2, 4294967300, 2, 4\]' is not"),
@@ -767,7 +767,7 @@ def case_forged_static():
                 continue
             run_id = "forged-%d" % port
             st = store_client(port)
-            st.set("%s/dptp/0/node/0" % run_id, "%d %d evil-node0" % (rec, store.pid))
+            st.set("%s/dptp/0/node/0" % run_id, "%d %d 2 evil-node0" % (rec, store.pid))
             st.set("%s/torchelastic/role_info/0" % run_id, role_info(0, lws))
             st.set("%s/torchelastic/assigned_ranks/1" % run_id, ranks)
 

@@ -98,9 +98,24 @@ def compare_env(nproc):
     got = env_lines(out)
     # dptp-run's own additions for Open MPI direct launch (man page: MPI
     # PROGRAMS), not torchrun's: present with their documented values
+    cores = len(os.sched_getaffinity(0))  # no SMT on the test machines; at most this many slots
     for w in range(nproc):
         check(got.pop((w, "OMPI_MCA_schizo"), None) == "^orte" and got.pop((w, "OMPI_MCA_ess"), None) == "^singleton",
               "worker %d lacks OMPI_MCA_schizo=^orte / OMPI_MCA_ess=^singleton" % w)
+        # and mpirun's own variables (one node: local = global)
+        for key, want in (("OMPI_COMM_WORLD_SIZE", str(nproc)), ("OMPI_COMM_WORLD_RANK", str(w)),
+                          ("OMPI_COMM_WORLD_LOCAL_RANK", str(w)), ("OMPI_COMM_WORLD_LOCAL_SIZE", str(nproc)),
+                          ("OMPI_COMM_WORLD_NODE_RANK", str(w))):
+            check(got.pop((w, key), None) == want, "worker %d: %s is not %s" % (w, key, want))
+        univ = int(got.pop((w, "OMPI_UNIVERSE_SIZE"), "0"))
+        check(1 <= univ <= cores, "worker %d: OMPI_UNIVERSE_SIZE %d, %d cores" % (w, univ, cores))
+        check(got.pop((w, "OMPI_MCA_mpi_oversubscribe"), None) == ("1" if nproc > univ else "0"),
+              "worker %d: OMPI_MCA_mpi_oversubscribe with %d ranks on %d slots" % (w, nproc, univ))
+        tmpdir = got.pop((w, "OMPI_MCA_orte_tmpdir_base"), "")
+        shmdir = got.pop((w, "OMPI_MCA_btl_vader_backing_directory"), "")
+        check(os.path.basename(tmpdir).startswith("dptp-run.") and shmdir.startswith("/dev/shm/dptp-run."),
+              "worker %d: session/shared-memory folders %r %r" % (w, tmpdir, shmdir))
+        check(not os.path.exists(tmpdir) and not os.path.exists(shmdir), "%s or %s left behind" % (tmpdir, shmdir))
     exp = expected_env(nproc)
     check(set(got) == set(exp), "variables differ: missing %s, extra %s" %
           (sorted(set(exp) - set(got)), sorted(set(got) - set(exp))))

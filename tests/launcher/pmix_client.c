@@ -77,8 +77,12 @@ int main(int argc, char **argv)
 	if (!env || (unsigned)atoi(env) != me.rank)
 		FAIL("RANK=%s but PMIx rank %u", env ? env : "(unset)", me.rank);
 	env = getenv("WORLD_SIZE");
-	if (!env || (unsigned)atoi(env) != size || usize != size)
-		FAIL("sizes disagree: WORLD_SIZE=%s job %u univ %u", env ? env : "(unset)", size, usize);
+	if (!env || (unsigned)atoi(env) != size)
+		FAIL("sizes disagree: WORLD_SIZE=%s job %u", env ? env : "(unset)", size);
+	/* the universe: the job's cores as mpirun counts them, told alike */
+	env = getenv("OMPI_UNIVERSE_SIZE");
+	if (!env || (unsigned)atoi(env) != usize || usize < 1)
+		FAIL("universe sizes disagree: OMPI_UNIVERSE_SIZE=%s PMIx %u", env ? env : "(unset)", usize);
 	/* several nodes: the job spans them, local values are this node's */
 	env = getenv("LOCAL_WORLD_SIZE");
 	if (!env || (unsigned)atoi(env) != lsize)

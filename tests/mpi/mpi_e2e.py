@@ -14,12 +14,24 @@ directory; the MPI cases exit 77 (skipped) without mpicc or mpirun. Cases:
               a hang; nothing left in /dev/shm
   spawn       MPI_Comm_spawn is refused with a message naming the rank; the
               root's error (MPI_ERRORS_ARE_FATAL) ends the job, no hang
+  twonode_static, twonode_c10d
+              two dptp-run nodes on loopback (2 ranks each, DPTP_HOSTNAME
+              node0/node1), static or c10d rendezvous: hello, alltoall,
+              allreduce, split and MPI-IO print what one mpirun job of 4
+              ranks prints (hello and alltoall twice); the Open MPI
+              variables, universe size and session directory as mpirun's
+  nodeloss    two static nodes; SIGKILL of node 1's launcher, then of node
+              0's (the store host), SIGTERM of node 1's, with MPI ranks
+              blocked in a receive and with plain workers: the other node
+              ends its workers and exits 1 within the heartbeat bound,
+              naming the lost node
   pmix-MODE   pmix_cases MODE (our own PMIx clients: hello, client, dmodex,
               nodeinfo, jctrl, log, query, dynamic, event) under dptp-run;
               pmix-gds: PMIX_MCA_gds settings; pmix-twonode_event: an event
               across two dptp-run nodes"""
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -195,6 +207,138 @@ def pmix_twonode_event():
         print("ok pmix twonode_event")
         return
     check(False, "no free port for the 2-node job")
+
+
+TWO_ENV = {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
+           "OMPI_MCA_oob_tcp_if_include": "lo"}
+# heartbeats every second, a node silent for 3 s is lost
+HB_CONF = "keep_alive_interval=1,keep_alive_max_attempt=3"
+
+
+def start_two(backend, cmd, conf="timeout=60", **extra):
+    """Starts nodes 0 and 1 (2 ranks each) of one job on loopback; returns
+    the Popen objects (their own sessions: a kill reaches the launcher)."""
+    port = free_port()
+    env = dict(base_env(), **TWO_ENV, **extra)
+    ps = []
+    for k in (0, 1):
+        if backend == "c10d":
+            rdzv = ["--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:%d" % port, "--rdzv-id=two%d" % port,
+                    "--rdzv-conf=" + conf + ",is_host=%d" % (k == 0)]
+        else:
+            rdzv = ["--node-rank=%d" % k, "--master-addr=127.0.0.1", "--master-port=%d" % port, "--rdzv-conf=" + conf]
+        ps.append(subprocess.Popen([RUN, "--nnodes=2", "--nproc-per-node=2", "--no-python"] + rdzv + cmd,
+                                   env=dict(env, DPTP_HOSTNAME="node%d" % k, PET_MASTER_PORT=str(port)),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return ps
+
+
+def finish(ps, timeout=90):
+    res = []
+    deadline = time.monotonic() + timeout
+    for p in ps:
+        try:
+            out, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+            res.append((p.returncode, out, err))
+        except subprocess.TimeoutExpired:
+            for q in ps:
+                q.kill()
+            for q in ps:
+                q.communicate()
+            check(False, "two-node job did not finish within %d s" % timeout)
+    return res
+
+
+def two_nodes(backend, cmd):
+    for attempt in range(3):  # the port picked here may be taken meanwhile
+        res = finish(start_two(backend, cmd))
+        if any("Address already in use" in e for _, e, _ in res):
+            continue
+        check(all(rc == 0 for rc, _, _ in res), "%s %s: exits %s\n%s" % (backend, cmd, [rc for rc, _, _ in res],
+              "".join(e[-2500:] for _, _, e in res)))
+        return "".join(o for _, o, _ in res), "".join(e for _, _, e in res)
+    check(False, "no free port for the two-node job")
+
+
+def twonode(exe, backend):
+    tmp = tempfile.mkdtemp(prefix="dptp-two.")
+    sessions = set(os.listdir("/tmp"))
+    try:
+        probe = os.path.join(tmp, "probe.sh")
+        with open(probe, "w") as f:
+            f.write('echo "env $OMPI_COMM_WORLD_RANK $OMPI_COMM_WORLD_LOCAL_RANK $OMPI_COMM_WORLD_LOCAL_SIZE '
+                    '$OMPI_COMM_WORLD_NODE_RANK $OMPI_COMM_WORLD_SIZE"\n')
+        out, _ = two_nodes(backend, ["sh", probe])
+        check(lines(out) == ["env %d %d 2 %d 4" % (r, r % 2, r % 2) for r in range(NP)], "OMPI_COMM_WORLD_*:\n" + out)
+        runs = [["hello"], ["hello"], ["alltoall"], ["alltoall"], ["allreduce"], ["split"], ["io"]]
+        for mode in runs:
+            args = [exe] + mode
+            if mode == ["io"]:
+                path = os.path.join(tmp, "io.%s" % backend)
+                args.append(path)
+            out, err = two_nodes(backend, args)
+            if mode == ["io"]:
+                os.unlink(path)
+            mrc, mout, merr = mpirun(args)
+            check(mrc == 0, "%s under mpirun: exit %d\n%s" % (mode, mrc, merr[-3000:]))
+            check(lines(out) == lines(mout), "%s %s: dptp-run and mpirun differ:\n%s---\n%s\n%s" %
+                  (backend, mode, out, mout, err[-3000:]))
+            check("vader" not in err and "unlink" not in err, "%s %s: Open MPI complained:\n%s" % (backend, mode, err))
+            print("ok %s %s: %s" % (backend, mode[0], lines(out)[-1]))
+        left = [d for d in set(os.listdir("/tmp")) - sessions if d.startswith("ompi.")]
+        check(not left, "Open MPI session directories left: %s" % left)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def case_twonode_static(exe):
+    twonode(exe, "static")
+
+
+def case_twonode_c10d(exe):
+    twonode(exe, "c10d")
+
+
+def case_nodeloss(exe):
+    bound = 20  # 3 s of silence, the closing grace period, slack for a loaded machine
+    for victim, sig, cmd in ((1, signal.SIGKILL, [exe, "wait"]), (0, signal.SIGKILL, [exe, "wait"]),
+                             (1, signal.SIGTERM, [exe, "wait"]),
+                             (1, signal.SIGKILL, ["sh", "-c", "echo waiting; exec sleep 60"])):
+        ps = start_two("static", cmd, conf="timeout=60," + HB_CONF)
+        # wait until every rank runs (each prints "waiting" once its world is up)
+        seen, deadline = 0, time.monotonic() + 60
+        bufs = ["", ""]
+        import selectors
+        sel = selectors.DefaultSelector()
+        for k, p in enumerate(ps):
+            os.set_blocking(p.stdout.fileno(), False)
+            sel.register(p.stdout, selectors.EVENT_READ, k)
+        while seen < NP and time.monotonic() < deadline:
+            for key, _ in sel.select(timeout=1):
+                chunk = key.fileobj.read()
+                if chunk:
+                    bufs[key.data] += chunk
+            seen = sum(b.count("waiting") for b in bufs)
+        sel.close()
+        if seen < NP:
+            for p in ps:
+                p.kill()
+            check(False, "the job did not start: %s %s" % (bufs, [p.communicate()[1][-2000:] for p in ps]))
+        t0 = time.monotonic()
+        ps[victim].send_signal(sig)
+        other = ps[1 - victim]
+        rc, out, err = finish([other], bound + 30)[0]
+        took = time.monotonic() - t0
+        finish([ps[victim]], 30)
+        what = "%s of node %d (%s)" % (sig.name, victim, cmd[-1])
+        check(rc == 1, "%s: node %d exited %d\n%s" % (what, 1 - victim, rc, err[-3000:]))
+        check(took < bound, "%s: node %d took %.1f s to notice" % (what, 1 - victim, took))
+        if sig == signal.SIGKILL:
+            check("node %d (node%d, launcher pid %d, ranks %d-%d) was lost" % (victim, victim, ps[victim].pid,
+                  2 * victim, 2 * victim + 1) in err, "%s: no report naming the lost node:\n%s" % (what, err[-3000:]))
+        else:
+            check("another node reported a failed attempt" in err, "%s: no failure report:\n%s" % (what, err[-3000:]))
+        print("ok nodeloss %s: node %d exit %d after %.1f s" % (what, 1 - victim, rc, took))
 
 
 def pmix_case(mode):

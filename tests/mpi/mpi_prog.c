@@ -11,6 +11,11 @@
  *              MPI_ERRORS_RETURN, Open MPI's other ranks would wait in
  *              MPI_Comm_spawn for the root, which has left: an Open MPI
  *              limitation, the same under srun)
+ *   wait       "waiting R" after a barrier, then a receive that no rank
+ *              answers: the job only ends when the launcher ends it
+ *   alltoall   MPI_Alltoall of rank*100+peer, checked
+ *   io         MPI-IO: each rank writes its rank at offset rank*4 of
+ *              argv[2] (collective), rank 0 reads all back
  * Every line on stdout is deterministic per rank, so the runs under
  * dptp-run and under mpirun compare line for line after sorting. */
 #include <mpi.h>
@@ -107,6 +112,46 @@ static int spawn(void)
 	return 0;
 }
 
+static int alltoall(void)
+{
+	int *out = malloc(size * sizeof(int)), *in = malloc(size * sizeof(int)), ok = 1;
+	for (int i = 0; i < size; i++)
+		out[i] = rank * 100 + i;
+	MPI_Alltoall(out, 1, MPI_INT, in, 1, MPI_INT, MPI_COMM_WORLD);
+	for (int i = 0; i < size; i++)
+		ok &= in[i] == i * 100 + rank;
+	free(out);
+	free(in);
+	if (!ok)
+		return fail("alltoall result is wrong");
+	printf("alltoall rank %d ok\n", rank);
+	return 0;
+}
+
+static int io(const char *path)
+{
+	MPI_File f;
+	int v = rank * 7 + 1, sum = 0;
+	if (!path)
+		return fail("io needs a file name");
+	MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &f);
+	MPI_File_write_at_all(f, (MPI_Offset)rank * (MPI_Offset)sizeof(int), &v, 1, MPI_INT, MPI_STATUS_IGNORE);
+	MPI_File_sync(f);
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 0) {
+		for (int i = 0; i < size; i++) {
+			int r = -1;
+			MPI_File_read_at(f, (MPI_Offset)i * (MPI_Offset)sizeof(int), &r, 1, MPI_INT, MPI_STATUS_IGNORE);
+			if (r != i * 7 + 1)
+				return fail("io read back a wrong value");
+			sum += r;
+		}
+	}
+	MPI_File_close(&f);
+	printf("io rank %d wrote %d%s\n", rank, v, rank == 0 ? (sum ? " read all" : "") : "");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "hello";
@@ -135,6 +180,15 @@ int main(int argc, char **argv)
 		if (rank == size - 1)
 			return 0;
 		MPI_Barrier(MPI_COMM_WORLD);
+	} else if (!strcmp(mode, "alltoall")) {
+		rc = alltoall();
+	} else if (!strcmp(mode, "io")) {
+		rc = io(argc > 2 ? argv[2] : NULL);
+	} else if (!strcmp(mode, "wait")) {
+		int x;
+		MPI_Barrier(MPI_COMM_WORLD);
+		printf("waiting %d\n", rank);
+		MPI_Recv(&x, 1, MPI_INT, MPI_ANY_SOURCE, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 	} else if (!strcmp(mode, "spawn")) {
 		MPI_Barrier(MPI_COMM_WORLD);
 		print_shm();
