@@ -19,6 +19,7 @@ enum opt_id {
 	O_RUN_PATH, O_LOG_DIR, O_REDIRECTS, O_TEE, O_LOCAL_RANKS_FILTER,
 	O_DUP_STDOUT, O_DUP_STDERR, O_NODE_RANK, O_MASTER_ADDR, O_MASTER_PORT,
 	O_LOCAL_ADDR, O_LOGS_SPECS, O_NUMA_BINDING, O_SIGNALS, O_VIRTUAL_LOCAL_RANK,
+	O_AUDIT, O_AUDIT_LAYOUT, O_AUDIT_OUTPUT, O_AUDIT_FORMAT, O_AUDIT_HANG,
 	O_COUNT
 };
 
@@ -101,6 +102,17 @@ static const struct opt_def opts[O_COUNT] = {
 		"Comma-separated list of signals to handle and forward to the workers. Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT."},
 	[O_VIRTUAL_LOCAL_RANK] = {"virtual_local_rank", {"--virtual-local-rank", "--virtual_local_rank"}, OPT_PET, NULL, NULL,
 		"LOCAL_RANK=0 for every worker and CUDA_VISIBLE_DEVICES narrowed to its own device."},
+	/* dptp's own: the audit (launcher/audit.c) */
+	[O_AUDIT] = {"audit", {"--audit"}, 0, NULL, NULL,
+		"Record the workers' torch.distributed calls, groups, sockets, shared memory and devices, and report the DP x TP bug family found in them per DP replica after the job (exit 1 on a finding)."},
+	[O_AUDIT_LAYOUT] = {"audit_layout", {"--audit-layout"}, OPT_VALUE, NULL, NULL,
+		"The job's DPxPPxTP in vLLM's rank order (e.g. 2x1x2); default: inferred from the groups the program creates."},
+	[O_AUDIT_OUTPUT] = {"audit_output", {"--audit-output"}, OPT_VALUE, NULL, NULL,
+		"Also write the audit report to this file."},
+	[O_AUDIT_FORMAT] = {"audit_format", {"--audit-format"}, OPT_VALUE, NULL, NULL,
+		"The file's format: text, json (default) or junit."},
+	[O_AUDIT_HANG] = {"audit_hang", {"--audit-hang"}, OPT_VALUE, NULL, NULL,
+		"Seconds without progress, while some ranks wait in a collective others never entered, after which the audit ends the job and names them (default 30)."},
 };
 #undef V
 
@@ -745,6 +757,8 @@ static enum run_args_result convert(struct parse *p, struct run_opts *o)
 	o->local_addr = p->val[O_LOCAL_ADDR];
 	o->logs_specs = p->val[O_LOGS_SPECS];
 	o->numa_binding = p->val[O_NUMA_BINDING];
+	o->audit_opts = (struct audit_opts){.on = p->flag[O_AUDIT], .layout = p->val[O_AUDIT_LAYOUT],
+		.output = p->val[O_AUDIT_OUTPUT], .format = p->val[O_AUDIT_FORMAT], .hang = p->val[O_AUDIT_HANG]};
 	if ((r = parse_signals(p, o)))
 		return r;
 	if (o->node_rank >= o->max_nodes)

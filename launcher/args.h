@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "audit.h"
 #include "base/util.h"
 
 #define RUN_MAX_SIGNALS 32
@@ -61,6 +62,8 @@ struct run_opts {
 	const char *script;
 	char **script_args; /* borrowed from argv (argparse's "--" removed in place) */
 	int nscript_args;
+	struct audit_opts audit_opts; /* --audit* as given */
+	struct audit *audit;          /* run.c's, NULL without --audit */
 };
 
 enum run_args_result {

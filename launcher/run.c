@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "args.h"
+#include "audit.h"
 #include "env.h"
 #include "supervise.h"
 
@@ -20,8 +21,16 @@ int dptp_run_main(int argc, char **argv)
 	case RUN_ARGS_OK:
 		break;
 	}
+	struct dptp_err err = {0};
+	if (audit_create(&o.audit, &o.audit_opts, &err) < 0) {
+		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
+		run_opts_release(&o);
+		return 2;
+	}
 	env_launcher_setup(&o, stderr);
 	rc = supervise_run(&o);
+	rc = audit_finish(o.audit, rc, stderr);
+	audit_destroy(o.audit);
 	run_opts_release(&o);
 	return rc;
 }

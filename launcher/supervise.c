@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "env.h"
 #include "events.h"
 #include "guard.h"
@@ -807,7 +808,7 @@ int supervise_run(const struct run_opts *o)
 	j.rdzv_sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 
 	if (rendezvous_init(&j.rdzv, o, &err) < 0 || log_dirs_init(&j.logs, o->log_dir, j.rdzv.run_id, &err) < 0 ||
-	    env_build_command(o, &j.cmd, &err) < 0) {
+	    env_build_command(o, &j.cmd, &err) < 0 || audit_job_start(o->audit, j.logs.run_dir, &err) < 0) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		goto out;
 	}

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""dptp-run --audit end to end: audit_e2e.py DPTP_RUN TORCH_PYTHON CASE.
+
+Cases: healthy, bugs, hang (4 ranks, real torch on gloo: skip with 77
+where TORCH_PYTHON is ''), nonpython, subproc, options (no torch)."""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUN, TORCH_PY, CASE = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
+TMP = tempfile.mkdtemp(prefix="dptp_audit_e2e_")
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def run(args, env_extra=None, timeout=180):
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.update(env_extra or {})
+    if args and args[0].startswith("--nproc"):  # tests run side by side: a free store port each
+        args = ["--master-port", str(free_port())] + args
+    p = subprocess.run([RUN] + args, cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torch_job(script, extra=()):
+    if not TORCH_PY:
+        print("no python with torch: skipped")
+        sys.exit(77)
+    out = os.path.join(TMP, "audit.json")
+    rc, so, se = run(["--nproc-per-node", "4", "--audit", "--log-dir", os.path.join(TMP, "logs"),
+                      "--audit-output", out] + list(extra) + [script],
+                     {"PYTHON_EXEC": TORCH_PY,
+                      "AUDIT_PORT": str(free_port())})
+    try:
+        rep = json.load(open(out))
+    except (OSError, ValueError) as e:
+        fail("no JSON report (%s); rc %d\n%s" % (e, rc, se[-3000:]))
+    return rc, so, se, rep
+
+
+def found(rep):
+    """(mechanism, replicas, line of the site) of every finding."""
+    return sorted((f["mechanism"], tuple(f["replicas"]), int(f["site"].rsplit(":", 1)[1]) if f["site"] else 0)
+                  for f in rep["findings"])
+
+
+def line_of(script, needle):
+    for i, l in enumerate(open(os.path.join(HERE, script)), 1):
+        if needle in l:
+            return i
+    fail("no %r in %s" % (needle, script))
+
+
+def check_layout(rep):
+    l = rep["layout"]
+    if (l["world"], l["dp"], l["pp"], l["tp"], l["known"]) != (4, 2, 1, 2, True):
+        fail("layout %s, expected DP2TP2 inferred" % l)
+
+
+def no_shm_left(prefix):
+    left = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
+    if left:
+        fail("left in /dev/shm: %s" % left)
+
+
+def case_healthy():
+    rc, so, se, rep = torch_job("healthy.py")
+    check_layout(rep)
+    if rep["findings"] or rc != 0:
+        fail("healthy program: rc %d, findings %s\n%s" % (rc, rep["findings"], se[-3000:]))
+    if rep["ranks_recorded"] != 4 or "DP replica 1 (ranks 2,3): pass" not in se:
+        fail("report: %s\n%s" % (rep, se[-2000:]))
+    no_shm_left("dptp_audit_")
+
+
+def case_bugs():
+    rc, so, se, rep = torch_job("bugs.py")
+    check_layout(rep)
+    want = sorted([
+        ("R", (1,), line_of("bugs.py", "dist.broadcast_object_list(box, src=root")),
+        ("I", (0, 1), 0),  # TP rank 0's seeded socket name
+        ("I", (0, 1), 0),  # TP rank 1's
+        ("C", (0, 1), 0),
+        ("I", (0, 1), 0),  # the fixed segment name
+        ("D", (1,), line_of("bugs.py", "torch.cuda.set_device(")),
+        ("G", (1,), line_of("bugs.py", "src=idx, group=ep_group")),
+    ])
+    if found(rep) != want:
+        fail("findings %s, expected %s\n%s" % (found(rep), want, json.dumps(rep["findings"], indent=1)))
+    if rc != 1:
+        fail("exit status %d with findings, expected 1" % rc)
+    details = " ".join(f["detail"] for f in rep["findings"])
+    for needle in ("Global rank 0 is not part of group", "Address already in use", "File exists",
+                   "Duplicate GPU detected", "mcastmem-socket-0-"):
+        if needle not in details:
+            fail("no %r in the details: %s" % (needle, details))
+    no_shm_left("dptp_audit_")
+
+
+def case_hang():
+    rc, so, se, rep = torch_job("hang.py", ["--audit-hang", "3"])
+    check_layout(rep)
+    line = line_of("hang.py", "dist.all_reduce(")
+    want = [("P", (1,), line), ("P", (1,), line)]
+    if found(rep) != want or not rep["hung"]:
+        fail("findings %s hung %s, expected %s\n%s" % (found(rep), rep["hung"], want, se[-3000:]))
+    if sorted(r for f in rep["findings"] for r in f["ranks"]) != [2, 3]:
+        fail("ranks: %s" % rep["findings"])
+    if rc == 0 or not re.search(r"no rank progressed for 3 s: rank 2 never entered all_reduce", se):
+        fail("rc %d, stderr:\n%s" % (rc, se[-3000:]))
+
+
+def case_nonpython():
+    rc, so, se = run(["--nproc-per-node", "2", "--audit", "--log-dir", os.path.join(TMP, "logs"),
+                      "--audit-output", os.path.join(TMP, "a.xml"), "--audit-format", "junit",
+                      "--no-python", "sh", "-c", "echo hi $RANK"])
+    if rc != 0 or "0 findings" not in se:
+        fail("rc %d\n%s" % (rc, se))
+    xml = open(os.path.join(TMP, "a.xml")).read()
+    if xml.count("<testcase") != 12 or 'name="dp1/D"' not in xml or "<failure" in xml:
+        fail("junit:\n" + xml)
+    # the audit folder holds the C recorder's records of both ranks
+    adir = re.search(r"records in (\S+)", se).group(1)
+    if sorted(os.listdir(adir)) != ["r0.a0.c.jsonl", "r1.a0.c.jsonl"]:
+        fail("records: %s" % os.listdir(adir))
+    # a failing job keeps its own status
+    rc, so, se = run(["--nproc-per-node", "2", "--audit", "--log-dir", os.path.join(TMP, "logs"),
+                      "--audit-format", "text", "--audit-output", os.path.join(TMP, "a.txt"),
+                      "--no-python", "sh", "-c", "exit 3"])
+    if rc != 1 or "0 findings" not in open(os.path.join(TMP, "a.txt")).read():
+        fail("failed job: rc %d\n%s" % (rc, se))
+
+
+def case_subproc():
+    rc, so, se = run(["--nproc-per-node", "2", "--audit", "--log-dir", os.path.join(TMP, "logs"), "subproc.py"],
+                     {"PYTHONPATH": "/nonexistent/user/path", "LD_PRELOAD": ""})
+    if rc != 0:
+        fail("rc %d\n%s" % (rc, se))
+    for line in so.splitlines():
+        if "CHILD-ENV" in line:
+            env = json.loads(line.split("CHILD-ENV ", 1)[1].split(" CHILD-REC", 1)[0])
+            if env != {"PYTHONPATH": "/nonexistent/user/path", "LD_PRELOAD": None, "DPTP_AUDIT_DIR": None,
+                       "DPTP_AUDIT_PPID": None} or not line.endswith("false"):
+                fail("the subprocess inherited the recorders: " + line)
+            break
+    else:
+        fail("no CHILD-ENV line:\n" + so)
+    adir = re.search(r"records in (\S+)", se).group(1)
+    files = sorted(os.listdir(adir))
+    if files != ["r0.a0.c.jsonl", "r0.a0.py.jsonl", "r1.a0.c.jsonl", "r1.a0.py.jsonl"]:
+        fail("records: %s" % files)
+
+
+def case_options():
+    cases = [
+        (["--audit-layout", "2x1x2", "x.py"], "--audit-layout needs --audit"),
+        (["--audit", "--audit-layout", "2x2", "x.py"], "--audit-layout '2x2': expected DPxPPxTP"),
+        (["--audit", "--audit-layout", "0x1x2", "x.py"], "--audit-layout '0x1x2'"),
+        (["--audit", "--audit-format", "xml", "x.py"], "--audit-format 'xml': expected text, json or junit"),
+        (["--audit", "--audit-hang", "-1", "x.py"], "--audit-hang '-1'"),
+        (["--audit", "--audit-hang", "soon", "x.py"], "--audit-hang 'soon'"),
+    ]
+    for args, msg in cases:
+        rc, so, se = run(args)
+        if rc != 2 or msg not in se:
+            fail("%s: rc %d, stderr %r (expected %r)" % (args, rc, se, msg))
+    # a layout that does not fit the job: findings not per replica, said so
+    rc, so, se = run(["--nproc-per-node", "2", "--audit", "--audit-layout", "2x1x2", "--log-dir",
+                      os.path.join(TMP, "logs"), "--no-python", "true"])
+    if rc != 0 or "--audit-layout 2x1x2 is 4 ranks; the job recorded 2" not in se:
+        fail("mismatched layout: rc %d\n%s" % (rc, se))
+
+
+try:
+    {"healthy": case_healthy, "bugs": case_bugs, "hang": case_hang, "nonpython": case_nonpython,
+     "subproc": case_subproc, "options": case_options}[CASE]()
+    print("ok")
+finally:
+    shutil.rmtree(TMP, ignore_errors=True)
