@@ -192,6 +192,37 @@ static const char trace_legacy[] =
 	"3< 0300000000000000\n"
 	;
 
+/* The client against torch 1.13's server, its frames as in trace_legacy:
+ * the server closes the connection on VALIDATE, the client connects again
+ * and speaks the old protocol; a WAIT that times out costs a new connection. */
+static const char trace_legacy_client[] =
+	"1> 00cef7853c0d45238100\n"
+	"2> 06\n"
+	"2< 0300000000000000\n"
+	"# c.set('k','v1')\n"
+	"2> 0002000000000000002f6b02000000000000007631\n"
+	"# c.get('k')\n"
+	"2> 05010000000000000002000000000000002f6b\n"
+	"2< 00\n"
+	"2> 0202000000000000002f6b\n"
+	"2< 02000000000000007631\n"
+	"# c.add('n',-7)\n"
+	"2> 0302000000000000002f6ef9ffffffffffffff\n"
+	"2< feffffffffffffff\n"
+	"# c.wait(['zz'],0.3): no reply; the client connects again\n"
+	"2> 05010000000000000003000000000000002f7a7a\n"
+	"# c.compare_set('k','v1','v2')\n"
+	"3> 0102000000000000002f6b0200000000000000763102000000000000007632\n"
+	"3< 02000000000000007632\n"
+	"# c.num_keys(), c.delete_key('n'), c.check(['k','q'])\n"
+	"3> 06\n"
+	"3< 0300000000000000\n"
+	"3> 0802000000000000002f6e\n"
+	"3< 0100000000000000\n"
+	"3> 04020000000000000002000000000000002f6b02000000000000002f71\n"
+	"3< 01\n"
+	;
+
 /* static_2node_trace_2.11.txt */
 static const char trace_static[] =
 	"1> 00cef7853c0dcd010000\n"
@@ -392,6 +423,8 @@ static const uint8_t validate_frame[] = {0x00, 0xce, 0xf7, 0x85, 0x3c};
 struct peer {
 	const struct trace *t;
 	int conn;
+	int last_conn;  /* connections conn..last_conn, accepted in turn */
+	bool refuse_first; /* close the first one after its steps, as torch 1.13 on a VALIDATE */
 	int lfd;
 	uint16_t port;
 	pthread_t th;
@@ -400,17 +433,12 @@ struct peer {
 	size_t total;
 };
 
-static void *peer_main(void *arg)
+/* Plays conn's steps on fd; false on a mismatch (in p->mismatch). */
+static bool peer_serve(struct peer *p, int fd, int conn)
 {
-	struct peer *p = arg;
-	int fd = accept(p->lfd, NULL, NULL);
-	if (fd < 0) {
-		snprintf(p->mismatch, sizeof(p->mismatch), "accept failed");
-		return NULL;
-	}
 	for (size_t i = 0; i < p->t->n; i++) {
 		const struct step *s = &p->t->steps[i];
-		if (s->conn != p->conn)
+		if (s->conn != conn)
 			continue;
 		if (s->request) {
 			uint8_t *got = malloc(s->len);
@@ -424,7 +452,7 @@ static void *peer_main(void *arg)
 					 "(got %02x, want %02x)", i, n, s->len, at,
 					 at < n ? got[at] : 0, s->bytes[at]);
 				free(got);
-				break;
+				return false;
 			}
 			free(got);
 		} else {
@@ -432,23 +460,46 @@ static void *peer_main(void *arg)
 		}
 		p->done++;
 	}
-	/* nothing more may come before the client closes */
-	uint8_t extra;
-	if (!p->mismatch[0] && read_n(fd, &extra, 1, 2000) == 1)
-		snprintf(p->mismatch, sizeof(p->mismatch), "unexpected extra byte %02x", extra);
-	close(fd);
+	return true;
+}
+
+static void *peer_main(void *arg)
+{
+	struct peer *p = arg;
+	int last = p->last_conn ? p->last_conn : p->conn;
+	for (int conn = p->conn; conn <= last && !p->mismatch[0]; conn++) {
+		int fd = accept(p->lfd, NULL, NULL);
+		if (fd < 0) {
+			snprintf(p->mismatch, sizeof(p->mismatch), "accept failed");
+			return NULL;
+		}
+		/* nothing more may come before the client closes */
+		uint8_t extra;
+		if (peer_serve(p, fd, conn) && !(p->refuse_first && conn == p->conn) &&
+		    read_n(fd, &extra, 1, 2000) == 1)
+			snprintf(p->mismatch, sizeof(p->mismatch), "conn %d: unexpected extra byte %02x", conn, extra);
+		close(fd);
+	}
 	return NULL;
+}
+
+/* Serves connections first..last of the trace, accepted in turn. */
+static void peer_start_range(struct peer *p, const struct trace *t, int first, int last, bool refuse_first)
+{
+	memset(p, 0, sizeof(*p));
+	p->t = t;
+	p->conn = first;
+	p->last_conn = last;
+	p->refuse_first = refuse_first;
+	for (size_t i = 0; i < t->n; i++)
+		p->total += t->steps[i].conn >= first && t->steps[i].conn <= last;
+	p->lfd = listen_local(&p->port);
+	assert_int_equal(pthread_create(&p->th, NULL, peer_main, p), 0);
 }
 
 static void peer_start(struct peer *p, const struct trace *t, int conn)
 {
-	memset(p, 0, sizeof(*p));
-	p->t = t;
-	p->conn = conn;
-	for (size_t i = 0; i < t->n; i++)
-		p->total += t->steps[i].conn == conn;
-	p->lfd = listen_local(&p->port);
-	assert_int_equal(pthread_create(&p->th, NULL, peer_main, p), 0);
+	peer_start_range(p, t, conn, conn, false);
 }
 
 static void peer_finish(struct peer *p)
@@ -578,6 +629,48 @@ static void test_client_bytes_nccl_queue(void **state)
 	assert_int_equal(nk, 1);
 	assert_string_equal(keys[0], "default_pg/0//cuda//0");
 	dptp_tcpstore_keys_free(keys, nk);
+	dptp_tcpstore_client_destroy(c);
+	peer_finish(&p);
+	trace_free(&t);
+}
+
+static void test_client_bytes_legacy(void **state)
+{
+	struct trace t;
+	trace_parse(trace_legacy_client, &t);
+	struct peer p;
+	peer_start_range(&p, &t, 1, 3, true);
+	struct dptp_err err = {0};
+	struct dptp_tcpstore_client *c = client_to(p.port, false, 0x00812345u);
+	assert_true(dptp_tcpstore_client_legacy(c));
+	assert_int_equal(dptp_tcpstore_client_set(c, "k", "v1", 2, &err), 0);
+	struct dptp_tcpstore_buf b = {0};
+	assert_int_equal(dptp_tcpstore_client_get(c, "k", &b, &err), 0);
+	assert_buf(&b, "v1", 2);
+	free(b.data);
+	int64_t v = 0;
+	assert_int_equal(dptp_tcpstore_client_add(c, "n", -7, &v, &err), 0);
+	assert_int_equal(v, -2);
+	/* what torch 1.13 lacks is refused before a byte is sent */
+	assert_int_equal(dptp_tcpstore_client_queue_push(c, "q", "x", 1, &err), -ENOTSUP);
+	assert_non_null(strstr(err.msg, "QUEUE_PUSH"));
+	char **keys = NULL;
+	size_t nk = 0;
+	assert_int_equal(dptp_tcpstore_client_list_keys(c, &keys, &nk, &err), -ENOTSUP);
+	const char *zz[1] = {"zz"};
+	assert_int_equal(dptp_tcpstore_client_wait(c, zz, 1, 0.3, &err), -ETIMEDOUT);
+	assert_non_null(strstr(err.msg, "wait timeout after 300ms, keys: /zz"));
+	assert_int_equal(dptp_tcpstore_client_compare_set(c, "k", "v1", 2, "v2", 2, &b, &err), 0);
+	assert_buf(&b, "v2", 2);
+	free(b.data);
+	assert_int_equal(dptp_tcpstore_client_num_keys(c, &v, &err), 0);
+	assert_int_equal(v, 3);
+	bool deleted = false, ready = false;
+	assert_int_equal(dptp_tcpstore_client_delete_key(c, "n", &deleted, &err), 0);
+	assert_true(deleted);
+	const char *kq[2] = {"k", "q"};
+	assert_int_equal(dptp_tcpstore_client_check(c, kq, 2, &ready, &err), 0);
+	assert_false(ready);
 	dptp_tcpstore_client_destroy(c);
 	peer_finish(&p);
 	trace_free(&t);
@@ -1703,6 +1796,7 @@ int main(void)
 		cmocka_unit_test(test_client_bytes_ops),
 		cmocka_unit_test(test_client_bytes_nccl_queue),
 		cmocka_unit_test(test_client_bytes_static_rdzv),
+		cmocka_unit_test(test_client_bytes_legacy),
 		cmocka_unit_test(test_server_bytes_ops),
 		cmocka_unit_test(test_server_bytes_nccl_queue),
 		cmocka_unit_test(test_server_bytes_static_rdzv),

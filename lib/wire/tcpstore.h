@@ -208,7 +208,8 @@ struct dptp_tcpstore_client_opts {
 				 * every later call; <= 0 means 300 s */
 	bool add_init;          /* send ADD "init/" 1 after the handshake, as a
 				 * torch TCPStore created with a world_size */
-	uint32_t ping_nonce;    /* PING nonce; 0 = getpid(), as torch */
+	uint32_t ping_nonce;    /* PING nonce; 0 = getpid() with bit 23 set
+				 * (see create()) */
 	const int *abort_fd;    /* NULL, or an fd (a signalfd): once it is
 				 * readable, connecting and every call end with
 				 * -EINTR (the connection is then broken) */
@@ -216,12 +217,19 @@ struct dptp_tcpstore_client_opts {
 
 /* Connects (retrying with exponential backoff and jitter until the timeout),
  * sends VALIDATE+PING in one write, checks the echo, then the optional
- * ADD "init/". *out is owned by the caller: dptp_tcpstore_client_destroy(). */
+ * ADD "init/". A server that closes the connection on the VALIDATE is
+ * taken for torch before 2.1: the client connects again and speaks that
+ * protocol from then on (after a GETNUMKEYS it must answer); there the
+ * queues, PING and LIST_KEYS fail with -ENOTSUP, and a WAIT that times out
+ * ends with a new connection instead of CANCEL_WAIT. *out is owned by the
+ * caller: dptp_tcpstore_client_destroy(). */
 int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 				struct dptp_tcpstore_client **out, struct dptp_err *err);
 /* Closes the connection and frees; NULL is fine. */
 void dptp_tcpstore_client_destroy(struct dptp_tcpstore_client *c);
 
+/* Whether the server turned out to be torch before 2.1 (see create()). */
+bool dptp_tcpstore_client_legacy(const struct dptp_tcpstore_client *c);
 /* Value of "init/" returned by the ADD at connect (0 when add_init is off). */
 int64_t dptp_tcpstore_client_init_count(const struct dptp_tcpstore_client *c);
 /* Changes the per-call timeout (seconds, > 0). */

@@ -1,5 +1,5 @@
 /* TCPStore client: torch 2.11's request sequences, every call bounded by a
- * deadline. */
+ * deadline; torch 1.13's protocol when the server speaks only that. */
 #include "wire/tcpstore.h"
 
 #include <errno.h>
@@ -24,6 +24,9 @@
 struct dptp_tcpstore_client {
 	int fd;
 	bool broken;
+	bool legacy;   /* the server is torch before 2.1: legacy opcodes */
+	char *host;    /* for reconnecting */
+	uint16_t port;
 	double timeout;
 	int64_t init_count;
 	char *prefix;
@@ -230,8 +233,12 @@ static int begin(struct dptp_tcpstore_client *c, uint8_t op, struct dptp_err *er
 	if (c->broken)
 		return dptp_err_set(err, -ENOTCONN, "tcpstore %s: connection unusable after an earlier error",
 				    c->peer);
+	int wire = op;
+	if (c->legacy && (wire = dptp_tcpstore_op_to_legacy(op)) < 0)
+		return dptp_err_set(err, -ENOTSUP, "tcpstore %s: the server is torch before 2.1, which has no %s",
+				    c->peer, dptp_tcpstore_op_name(op));
 	w_reset(c);
-	dptp_tcpstore_frame_u8(&c->w, op);
+	dptp_tcpstore_frame_u8(&c->w, (uint8_t)wire);
 	return 0;
 }
 
@@ -347,6 +354,37 @@ static int do_connect(struct dptp_tcpstore_client *c, const char *host, uint16_t
 			    c->peer, strerror(-last));
 }
 
+/* A new connection in place of the old one (the server forgets the old
+ * one's pending WAIT with it). */
+static int reconnect(struct dptp_tcpstore_client *c, double deadline, struct dptp_err *err)
+{
+	close(c->fd);
+	c->fd = -1;
+	int rc = do_connect(c, c->host, c->port, deadline, err);
+	if (rc < 0)
+		c->broken = true;
+	return rc;
+}
+
+/* torch before 2.1 reads our VALIDATE as a SET whose key would be over
+ * 2^63 bytes long and closes the connection: connect again and speak its
+ * protocol, once a GETNUMKEYS shows the peer answers it. */
+static int fall_back_to_legacy(struct dptp_tcpstore_client *c, double deadline, struct dptp_err *err)
+{
+	DPTP_TRY(reconnect(c, deadline, err));
+	c->legacy = true;
+	c->broken = false;
+	int64_t n = 0;
+	double saved = c->timeout;
+	c->timeout = deadline - dptp_now() > 0 ? deadline - dptp_now() : 0.001;
+	int rc = dptp_tcpstore_client_num_keys(c, &n, err);
+	c->timeout = saved;
+	if (rc < 0)
+		return dptp_err_set(err, rc, "tcpstore %s: the server closed the connection on VALIDATE and "
+				    "does not answer torch 1.13's GETNUMKEYS either (not a TCPStore?)", c->peer);
+	return 0;
+}
+
 int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 				struct dptp_tcpstore_client **out, struct dptp_err *err)
 {
@@ -356,13 +394,20 @@ int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 	struct dptp_tcpstore_client *c = calloc(1, sizeof(*c));
 	if (!c)
 		return dptp_err_set(err, -ENOMEM, "tcpstore: out of memory");
+	int rc;
 	c->fd = -1;
 	c->abort_fd = opts->abort_fd ? *opts->abort_fd : -1;
 	cur_abort = c->abort_fd;
 	c->timeout = opts->timeout > 0 ? opts->timeout : DPTP_TCPSTORE_DEFAULT_TIMEOUT;
+	c->port = opts->port;
+	c->host = strdup(opts->host);
+	if (!c->host) {
+		rc = dptp_err_set(err, -ENOMEM, "tcpstore: out of memory");
+		goto out_err;
+	}
 	snprintf(c->peer, sizeof(c->peer), strchr(opts->host, ':') ? "[%s]:%u" : "%s:%u",
 		 opts->host, (unsigned)opts->port);
-	int rc = dptp_tcpstore_client_set_prefix(c, "/");
+	rc = dptp_tcpstore_client_set_prefix(c, "/");
 	if (rc < 0) {
 		dptp_err_set(err, rc, "tcpstore: out of memory");
 		goto out_err;
@@ -372,15 +417,22 @@ int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 	if (rc < 0)
 		goto out_err;
 
-	/* handshake: VALIDATE + PING in one write, then the 4-byte echo */
-	uint32_t nonce = opts->ping_nonce ? opts->ping_nonce : (uint32_t)getpid();
+	/* handshake: VALIDATE + PING in one write, then the 4-byte echo; the
+	 * default nonce's bit 23 makes the key length a torch 1.13 server reads
+	 * there at least 2^63, refused before any allocation */
+	uint32_t nonce = opts->ping_nonce ? opts->ping_nonce : (uint32_t)getpid() | 0x800000u;
 	w_reset(c);
 	dptp_tcpstore_frame_handshake(&c->w, nonce);
 	rc = flush(c, deadline, err, "sending the handshake");
-	if (rc < 0)
-		goto out_err;
 	uint8_t echo[4];
-	rc = recv_all(c->fd, echo, 4, deadline);
+	if (rc == 0)
+		rc = recv_all(c->fd, echo, 4, deadline);
+	if (rc == -ECONNRESET) {
+		rc = fall_back_to_legacy(c, deadline, err);
+		if (rc < 0)
+			goto out_err;
+		goto handshake_done;
+	}
 	if (rc < 0) {
 		fail(c, rc, err, "waiting for the PING echo");
 		goto out_err;
@@ -392,6 +444,7 @@ int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 				  c->peer, got, nonce);
 		goto out_err;
 	}
+handshake_done:
 	if (opts->add_init) {
 		char *saved = c->prefix;
 		size_t saved_len = c->prefix_len;
@@ -416,9 +469,15 @@ void dptp_tcpstore_client_destroy(struct dptp_tcpstore_client *c)
 		return;
 	if (c->fd >= 0)
 		close(c->fd);
+	free(c->host);
 	free(c->prefix);
 	dptp_tcpstore_frame_release(&c->w);
 	free(c);
+}
+
+bool dptp_tcpstore_client_legacy(const struct dptp_tcpstore_client *c)
+{
+	return c->legacy;
 }
 
 int64_t dptp_tcpstore_client_init_count(const struct dptp_tcpstore_client *c)
@@ -552,6 +611,16 @@ static int wait_keys(struct dptp_tcpstore_client *c, const char *const *keys, si
 			return fail(c, -EPROTO, err, "to WAIT");
 		return 0;
 	}
+	char names[512];
+	keys_text(c, keys, n, names, sizeof(names));
+	if (c->legacy) {
+		/* torch 1.13 has no CANCEL_WAIT: a new connection ends the wait */
+		int rc = reconnect(c, drain, err);
+		if (rc < 0)
+			return rc;
+		return dptp_err_set(err, -ETIMEDOUT, "wait timeout after %lldms, keys: %s",
+				    (long long)llround(timeout * 1000.0), names);
+	}
 	/* timed out: CANCEL_WAIT, then drain a late STOP_WAITING and WAIT_CANCELED */
 	DPTP_TRY(begin(c, DPTP_TCPSTORE_CANCEL_WAIT, err));
 	DPTP_TRY(flush(c, drain, err, "sending CANCEL_WAIT"));
@@ -569,8 +638,6 @@ static int wait_keys(struct dptp_tcpstore_client *c, const char *const *keys, si
 		return fail(c, -EPROTO, err, "to CANCEL_WAIT");
 	if (arrived)
 		return 0;
-	char names[512];
-	keys_text(c, keys, n, names, sizeof(names));
 	return dptp_err_set(err, -ETIMEDOUT, "wait timeout after %lldms, keys: %s",
 			    (long long)llround(timeout * 1000.0), names);
 }

@@ -4,7 +4,8 @@ programs without it or under torch's own launcher.
 
 usage: torch_e2e.py TORCH_PYTHON DPTP_RUN CASE [DPTP_CHECK]
 TORCH_PYTHON is an interpreter that imports torch; '' skips (exit 77).
-Cases: store, ddp, groups, check_under_torchrun."""
+Cases: store, ddp, groups, check_torch_store (needs DPTP_CHECK)."""
+import json
 import os
 import re
 import subprocess
@@ -105,6 +106,43 @@ def case_groups():
     check("half [0, 1] sum 1" in got[1] and "half [2, 3] sum 5" in got[2], out)
 
 
+def case_check_torch_store():
+    """dptp-check's torchrun bootstrap against a store torch hosts, as torch's
+    own agent does (TORCHELASTIC_USE_AGENT_STORE=True): every rank a client
+    of torch's TCPStore server, whatever its version speaks."""
+    if not CHECK:
+        print("no dptp-check built: skipped")
+        sys.exit(77)
+    host = ("import datetime, sys, torch, torch.distributed as d\n"
+            "s = d.TCPStore('127.0.0.1', 0, None, True, datetime.timedelta(seconds=60), wait_for_workers=False)\n"
+            "print(s.port, torch.__version__, flush=True)\n"
+            "sys.stdin.read()\n")
+    store = subprocess.Popen([PY, "-c", host], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port, version = store.stdout.readline().split()
+        out_json = os.path.join(os.environ.get("TMPDIR", "/tmp"), "torch_store_check_%d.json" % os.getpid())
+        n = 4
+        procs = [start([CHECK, "--dp", "2", "--tp", "2", "--format", "json", "--output", out_json, "--timeout", "60", "--tokens", "8", "--hidden", "64"],
+                       env(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
+                           GROUP_RANK="0", GROUP_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                           TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="torchstore",
+                           TORCHELASTIC_RESTART_COUNT="0", NO_COLOR="1")) for r in range(n)]
+        res = finish(procs)
+        for r, (rc, out, err) in enumerate(res):
+            check(rc == 0, "rank %d rc %d: %s %s" % (r, rc, out[-2000:], err[-2000:]))
+        with open(out_json) as f:
+            rep = json.load(f)
+        os.unlink(out_json)
+        statuses = sorted({c["status"] for x in rep["replicas"] for c in x["checks"]})
+        print("torch %s hosts the store: dptp-check bootstrap %s, world %d, statuses %s" % (
+            version, rep["bootstrap"], rep["layout"]["world"], statuses))
+        check(rep["bootstrap"] == "torchrun" and rep["layout"]["world"] == n and statuses == ["pass"], rep)
+    finally:
+        store.stdin.close()
+        store.wait(timeout=30)
+
+
 if __name__ == "__main__":
-    {"store": case_store, "ddp": case_ddp, "groups": case_groups}[CASE]()
+    {"store": case_store, "ddp": case_ddp, "groups": case_groups,
+     "check_torch_store": case_check_torch_store}[CASE]()
     print("ok", CASE)
