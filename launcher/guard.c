@@ -143,7 +143,7 @@ int run_guard_start(struct run_guard *g)
 	return 0;
 }
 
-static void send_rec(struct run_guard *g, int op, pid_t pgid)
+static void send_rec(const struct run_guard *g, int op, pid_t pgid)
 {
 	struct rec r = {.op = op, .pgid = (int32_t)pgid};
 	if (g->fd < 0)
@@ -169,7 +169,7 @@ void run_guard_remove_dir(struct run_guard *g, const char *dir)
 		;
 }
 
-void run_guard_watch(struct run_guard *g, pid_t pgid)
+void run_guard_watch(const struct run_guard *g, pid_t pgid)
 {
 	send_rec(g, 'w', pgid);
 }

@@ -20,8 +20,12 @@ struct run_guard {
 /* Forks the guard; -errno when it cannot (the job then runs unguarded). */
 int run_guard_start(struct run_guard *g);
 /* The guard kills process group pgid if the launcher dies before
- * run_guard_forget(pgid) or run_guard_stop. */
-void run_guard_watch(struct run_guard *g, pid_t pgid);
+ * run_guard_forget(pgid) or run_guard_stop. One write(2) and nothing else:
+ * the worker's own vfork child calls it on itself before it executes the
+ * worker, so that no worker can start a process the guard does not know of
+ * (a launcher killed between vfork's return and a watch made there left the
+ * newest worker's group alive). */
+void run_guard_watch(const struct run_guard *g, pid_t pgid);
 void run_guard_forget(struct run_guard *g, pid_t pgid);
 /* ... and removes dir with everything in it (the PMIx server's private
  * tmpdir, its /dev/shm folder); two directories, a third replaces the

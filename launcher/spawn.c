@@ -1,6 +1,8 @@
 /* Worker start (see spawn.h). */
 #include "spawn.h"
 
+#include "guard.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -40,6 +42,10 @@ static void child(const struct spawn_req *r, int status_fd, pid_t parent)
 	 * group (its id is the worker's pid) is what teardown and the guard kill */
 	if (setsid() < 0)
 		goto fail;
+	/* the guard learns the group before anything of the worker runs: once
+	 * the parent returns from vfork, the worker may have forked already */
+	if (r->guard)
+		run_guard_watch(r->guard, getpid());
 	/* --numa-binding: set before exec, so every thread the worker makes
 	 * inherits it (torch wraps the command in numactl --physcpubind) */
 	if (r->cpus && sched_setaffinity(0, r->cpus_len, (const cpu_set_t *)r->cpus) < 0) {

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+struct run_guard;
+
 struct spawn_req {
 	const char *path;
 	char *const *argv;
@@ -17,6 +19,7 @@ struct spawn_req {
 	int stderr_fd; /* -1: inherit */
 	const void *cpus;  /* CPU affinity mask (sched_setaffinity's form), or NULL */
 	size_t cpus_len;
+	const struct run_guard *guard; /* the child registers its process group before exec (or NULL) */
 };
 
 /* Signals whose disposition is not SIG_DFL in the launcher; the child resets

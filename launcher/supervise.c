@@ -339,6 +339,7 @@ static int start_workers(struct job *j, const char *attempt_dir, struct dptp_err
 			struct spawn_req req = {
 				.path = j->cmd.path, .argv = argv, .envp = envp,
 				.stdout_fd = out_fd, .stderr_fd = err_fd,
+				.guard = &j->guard,
 			};
 			if (i < j->numa.n) {
 				req.cpus = j->numa.masks[i].bits;
@@ -347,8 +348,7 @@ static int start_workers(struct job *j, const char *attempt_dir, struct dptp_err
 			rc = spawn_worker(&req, &pid);
 			if (pid > 0) {
 				w->pid = pid;
-				w->alive = true;
-				run_guard_watch(&j->guard, pid);
+				w->alive = true; /* watched by the guard since before its exec */
 				j->alive++;
 				pmix_srv_worker_started(&j->srv, w->global_rank, pid, j->cmd.path);
 			}
