@@ -16,7 +16,7 @@
 
 enum ev_type {
 	EV_OPDONE, EV_FENCE, EV_CONNECTED, EV_FINALIZED, EV_ABORT, EV_DMODEX, EV_DMODEX_LOCAL,
-	EV_NOTE, EV_QUERY, EV_NOTIFY /* data: the packed event */
+	EV_NOTE, EV_QUERY, EV_NOTIFY /* data: the packed event */, EV_SPAWN
 };
 
 /* One upcall, captured on the PMIx thread, completed on the main thread. */
@@ -236,8 +236,10 @@ static const char *info_str(const pmix_info_t *i)
 }
 
 /* dptp-run starts no processes on request: the caller gets NOT_SUPPORTED
- * at once (every other rank's PMIx call is its own), and the user a line
- * naming who asked for what. */
+ * at once, the user a line naming who asked for what, and the job ends
+ * with that refusal as its root cause (the sink's refuse): the other ranks
+ * of an MPI_Comm_spawn wait for the root inside Open MPI, a hang under
+ * MPI_ERRORS_RETURN otherwise. */
 static pmix_status_t up_spawn(const pmix_proc_t *proc, const pmix_info_t job_info[], size_t ninfo,
 	const pmix_app_t apps[], size_t napps, pmix_spawn_cbfunc_t cbfunc, void *cbdata)
 {
@@ -245,12 +247,14 @@ static pmix_status_t up_spawn(const pmix_proc_t *proc, const pmix_info_t job_inf
 	(void)ninfo;
 	(void)cbfunc;
 	(void)cbdata;
-	struct srv_event *ev = ev_new(EV_NOTE);
-	if (ev && asprintf(&ev->msg, "dptp-run: error: rank %u asked to spawn '%s' (PMIx_Spawn, MPI_Comm_spawn): "
-		"dptp-run starts no processes on request; refused", proc->rank, napps && apps[0].cmd ? apps[0].cmd : "?") >= 0)
+	struct srv_event *ev = ev_new(EV_SPAWN);
+	if (ev && asprintf(&ev->msg, "rank %u asked to spawn '%s' (PMIx_Spawn, MPI_Comm_spawn): "
+		"dptp-run starts no processes on request; refused", proc->rank, napps && apps[0].cmd ? apps[0].cmd : "?") >= 0) {
+		ev->proc = *proc;
 		post(ev);
-	else
+	} else {
 		free(ev);
+	}
 	return PMIX_ERR_NOT_SUPPORTED;
 }
 
@@ -298,12 +302,15 @@ static void up_log(const pmix_proc_t *client, const pmix_info_t data[], size_t n
 		size_t k = 0;
 		while (k < sizeof(log_keys) / sizeof(log_keys[0]) && !key_is(&data[i], log_keys[k][0]))
 			k++;
+		size_t lines = 1;
+		for (const char *c = text; c && *c; c++)
+			lines += *c == '\n';
 		if (k == sizeof(log_keys) / sizeof(log_keys[0]) || !text)
 			unsupported = true;
 		else if (!strcmp(log_keys[k][1], "stdout"))
-			out_len += strlen(text) + 32;
+			out_len += strlen(text) + 32 * lines;
 		else
-			err_len += strlen(text) + 48;
+			err_len += strlen(text) + 48 * lines;
 	}
 	ev->msg = calloc(1, err_len);
 	ev->data = calloc(1, out_len);
@@ -312,13 +319,17 @@ static void up_log(const pmix_proc_t *client, const pmix_info_t data[], size_t n
 		for (size_t k = 0; text && k < sizeof(log_keys) / sizeof(log_keys[0]); k++) {
 			if (!key_is(&data[i], log_keys[k][0]))
 				continue;
-			size_t n = strlen(text);
-			const char *nl = n && text[n - 1] == '\n' ? "" : "\n";
-			if (!strcmp(log_keys[k][1], "stdout"))
-				oo += (size_t)snprintf(ev->data + oo, out_len - oo, "[rank %u] %s%s", client->rank, text, nl);
-			else
-				eo += (size_t)snprintf(ev->msg + eo, err_len - eo, "[rank %u] %s: %s%s", client->rank,
-					log_keys[k][1], text, nl);
+			/* every line of a multi-line entry gets the prefix */
+			for (const char *l = text; *l;) {
+				size_t n = strcspn(l, "\n");
+				if (!strcmp(log_keys[k][1], "stdout"))
+					oo += (size_t)snprintf(ev->data + oo, out_len - oo, "[rank %u] %.*s\n", client->rank,
+						(int)n, l);
+				else
+					eo += (size_t)snprintf(ev->msg + eo, err_len - eo, "[rank %u] %s: %.*s\n", client->rank,
+						log_keys[k][1], (int)n, l);
+				l += n + (l[n] == '\n');
+			}
 			break;
 		}
 	}
@@ -766,6 +777,11 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 			fputc('\n', stderr);
 		if (ev->opcb)
 			ev->opcb(ev->status, ev->cbdata);
+		break;
+	case EV_SPAWN:
+		fprintf(stderr, "dptp-run: error: %s\n", ev->msg);
+		if (sink && sink->refuse && local_index(s, &ev->proc) >= 0)
+			sink->refuse(sink->ctx, ev->proc.rank, ev->msg);
 		break;
 	case EV_NOTIFY:
 		if (getenv("DPTP_RUN_DEBUG"))

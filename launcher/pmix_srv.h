@@ -90,6 +90,9 @@ struct pmix_srv_sink {
 	/* A job-wide event a local client notified: blob (borrowed) goes to
 	 * every other node's pmix_srv_notify_local. NULL: one node. */
 	void (*notify)(void *ctx, const void *blob, size_t len);
+	/* A local rank asked for what dptp-run refuses and its job cannot
+	 * survive (PMIx_Spawn): msg says what (logged already). */
+	void (*refuse)(void *ctx, unsigned rank, const char *msg);
 	void *ctx;
 };
 

@@ -57,6 +57,7 @@ struct job {
 	unsigned n, alive;
 	int sigfd;
 	int rdzv_sigfd;     /* the death signals only: the rendezvous' abort fd */
+	sigset_t forward;   /* signals passed on to the workers (SIGUSR1, SIGUSR2) */
 	bool regroup;       /* nodes wait for the next round: workers stopped for it */
 	bool tick_failed;   /* a rendezvous tick failed (logged once) */
 	bool started_once;  /* workers were started (torch's signal handlers are on) */
@@ -159,6 +160,18 @@ static void on_abort(void *ctx, unsigned rank, int status, const char *msg)
 		record(j, w, status ? status : 1, text);
 		free(text);
 	}
+	begin_stop(j, SIGTERM);
+}
+
+static void on_refuse(void *ctx, unsigned rank, const char *msg)
+{
+	struct job *j = ctx;
+	struct worker *w;
+	if (rank < j->info.base_global_rank || rank - j->info.base_global_rank >= j->n)
+		return;
+	w = &j->w[rank - j->info.base_global_rank];
+	if (!j->stopping && !w->recorded)
+		record(j, w, 1, msg);
 	begin_stop(j, SIGTERM);
 }
 
@@ -384,7 +397,7 @@ static bool streams_open(const struct job *j)
 static void monitor(struct job *j)
 {
 	const struct pmix_srv_sink sink = {.abort = on_abort, .fence = on_fence, .dmodex = on_dmodex,
-		.dmodex_local = on_dmodex_local, .notify = on_notify, .ctx = j};
+		.dmodex_local = on_dmodex_local, .notify = on_notify, .refuse = on_refuse, .ctx = j};
 	size_t cap = 2 + 2 * (size_t)j->n + XNODE_MAX_FDS;
 	struct pollfd *pfd = calloc(cap, sizeof(*pfd));
 	struct log_stream **map = calloc(cap, sizeof(*map));
@@ -463,6 +476,12 @@ wait:;
 			while ((got = read(j->sigfd, si, sizeof(si))) > 0)
 				for (size_t k = 0; k < (size_t)got / sizeof(si[0]); k++) {
 					int sig = (int)si[k].ssi_signo;
+					if (sigismember(&j->forward, sig)) {
+						for (unsigned i = 0; i < j->n; i++)
+							if (j->w[i].alive)
+								killpg(j->w[i].pid, sig);
+						continue;
+					}
 					if (sig == SIGCHLD || j->signal_received)
 						continue;
 					logmsg('W', "Received %d death signal, shutting down workers", sig);
@@ -553,7 +572,7 @@ static int pending_signal(struct job *j)
 {
 	struct signalfd_siginfo si;
 	while (read(j->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-		if (si.ssi_signo != SIGCHLD)
+		if (si.ssi_signo != SIGCHLD && !sigismember(&j->forward, (int)si.ssi_signo))
 			return (int)si.ssi_signo;
 	return 0;
 }
@@ -799,7 +818,16 @@ int supervise_run(const struct run_opts *o)
 	sigaddset(&set, SIGCHLD);
 	for (size_t i = 0; i < o->nsignals; i++)
 		sigaddset(&set, o->signals[i]);
-	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0 || (j.sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
+	/* as mpirun: SIGUSR1 and SIGUSR2 go to the workers (unless
+	 * --signals-to-handle makes them death signals, torchrun's rule) */
+	sigset_t all = set;
+	sigemptyset(&j.forward);
+	for (int s = SIGUSR1; s; s = s == SIGUSR1 ? SIGUSR2 : 0)
+		if (!sigismember(&set, s)) {
+			sigaddset(&j.forward, s);
+			sigaddset(&all, s);
+		}
+	if (sigprocmask(SIG_BLOCK, &all, NULL) < 0 || (j.sigfd = signalfd(-1, &all, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
 		fprintf(stderr, "dptp-run: error: signalfd: %s\n", strerror(errno));
 		return 1;
 	}

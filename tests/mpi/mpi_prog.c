@@ -7,10 +7,10 @@
  *   nofinalize rank N-1 returns 0 without MPI_Finalize, the others wait
  *              in MPI_Barrier (an abnormal end for the launcher)
  *   spawn      MPI_Comm_spawn under the default error handler: the
- *              launcher refuses it, the root's error aborts the job (with
- *              MPI_ERRORS_RETURN, Open MPI's other ranks would wait in
- *              MPI_Comm_spawn for the root, which has left: an Open MPI
- *              limitation, the same under srun)
+ *              launcher refuses it and ends the job
+ *   spawn_return  the same under MPI_ERRORS_RETURN (Open MPI's other
+ *              ranks wait in MPI_Comm_spawn for the root, which has left:
+ *              only the launcher's end of the job ends them)
  *   wait       "waiting R" after a barrier, then a receive that no rank
  *              answers: the job only ends when the launcher ends it
  *   alltoall   MPI_Alltoall of rank*100+peer, checked
@@ -187,9 +187,12 @@ int main(int argc, char **argv)
 	} else if (!strcmp(mode, "wait")) {
 		int x;
 		MPI_Barrier(MPI_COMM_WORLD);
+		print_shm();
 		printf("waiting %d\n", rank);
 		MPI_Recv(&x, 1, MPI_INT, MPI_ANY_SOURCE, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-	} else if (!strcmp(mode, "spawn")) {
+	} else if (!strcmp(mode, "spawn") || !strcmp(mode, "spawn_return")) {
+		if (!strcmp(mode, "spawn_return"))
+			MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 		MPI_Barrier(MPI_COMM_WORLD);
 		print_shm();
 		rc = spawn();
