@@ -18,7 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include "wire/tcpstore.h"
@@ -1787,6 +1790,204 @@ static void test_frames(void **state)
 	dptp_tcpstore_frame_release(NULL);
 }
 
+/* ---- memory budget (issue 24 item 2) ---------------------------------------------- */
+
+static struct dptp_tcpstore_server *budget_server(const char *host, size_t budget)
+{
+	struct dptp_tcpstore_server_opts o = {.host = host, .max_total_bytes = budget};
+	struct dptp_tcpstore_server *s = NULL;
+	struct dptp_err err = {0};
+	if (dptp_tcpstore_server_create(&o, &s, &err) < 0)
+		fail_msg("server_create: %s", err.msg);
+	assert_int_equal(dptp_tcpstore_server_start(s, &err), 0);
+	return s;
+}
+
+/* The counters are published at the end of each server step. */
+static void wait_used(struct dptp_tcpstore_server *s, size_t want)
+{
+	for (int i = 0; i < 200 && dptp_tcpstore_server_used(s) != want; i++)
+		sleep_ms(10);
+	assert_int_equal(dptp_tcpstore_server_used(s), want);
+}
+
+static void wait_rejected(struct dptp_tcpstore_server *s, size_t want)
+{
+	for (int i = 0; i < 200 && dptp_tcpstore_server_nrejected(s) < want; i++)
+		sleep_ms(10);
+	assert_true(dptp_tcpstore_server_nrejected(s) >= want);
+}
+
+/* n requests of `op` (SET or QUEUE_PUSH), each under a new 8-byte key with
+ * an empty value, from key number `from` on. */
+static size_t flood_frames(uint8_t *buf, uint8_t op, unsigned from, unsigned n)
+{
+	size_t off = 0;
+	for (unsigned i = 0; i < n; i++) {
+		buf[off] = op;
+		put_u64(buf + off + 1, 8);
+		snprintf((char *)buf + off + 9, 9, "%c%07x", op == DPTP_TCPSTORE_SET ? 'k' : 'q', from + i);
+		put_u64(buf + off + 17, 0);
+		off += 25;
+	}
+	return off;
+}
+
+/* Every key, value, queue item and connection is charged at its real cost
+ * and given back whole: a store emptied by its clients counts nothing. */
+static void test_budget_gives_back(void **state)
+{
+	struct dptp_tcpstore_server *s = budget_server("127.0.0.1", 64u << 20);
+	uint16_t port = dptp_tcpstore_server_port(s);
+	struct dptp_err err = {0};
+	wait_used(s, 0);
+	struct dptp_tcpstore_client *c = client_to(port, false, 0);
+	int64_t n;
+	assert_int_equal(dptp_tcpstore_client_num_keys(c, &n, &err), 0);
+	size_t idle = dptp_tcpstore_server_used(s);
+	assert_true(idle > 0 && idle < 4096); /* a connection, no buffers */
+	char key[32];
+	for (int i = 0; i < 200; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		assert_int_equal(dptp_tcpstore_client_set(c, key, S("a value"), &err), 0);
+		assert_int_equal(dptp_tcpstore_client_append(c, key, S("+more"), &err), 0);
+		snprintf(key, sizeof(key), "q%d", i % 50);
+		assert_int_equal(dptp_tcpstore_client_queue_push(c, key, S("item"), &err), 0);
+	}
+	int64_t sum = 0;
+	assert_int_equal(dptp_tcpstore_client_add(c, "counter", 5, &sum, &err), 0);
+	struct dptp_tcpstore_buf cur = {0};
+	assert_int_equal(dptp_tcpstore_client_compare_set(c, "counter", S("5"), S("a longer value"), &cur, &err), 0);
+	free(cur.data);
+	assert_int_equal(dptp_tcpstore_client_num_keys(c, &n, &err), 0);
+	assert_int_equal(n, 201);
+	/* at least a struct, a key and a value chunk per key: 200 x 64 */
+	assert_true(dptp_tcpstore_server_used(s) > idle + 250 * 64);
+	bool deleted;
+	for (int i = 0; i < 200; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		assert_int_equal(dptp_tcpstore_client_delete_key(c, key, &deleted, &err), 0);
+		assert_true(deleted);
+		snprintf(key, sizeof(key), "q%d", i % 50);
+		struct dptp_tcpstore_buf v = {0};
+		assert_int_equal(dptp_tcpstore_client_queue_pop(c, key, false, &v, &err), 0);
+		assert_buf(&v, "item", 4);
+		free(v.data);
+	}
+	assert_int_equal(dptp_tcpstore_client_delete_key(c, "counter", &deleted, &err), 0);
+	assert_int_equal(dptp_tcpstore_client_num_keys(c, &n, &err), 0);
+	assert_int_equal(n, 0);
+	wait_used(s, idle);
+	dptp_tcpstore_client_destroy(c);
+	wait_used(s, 0);
+	dptp_tcpstore_server_destroy(s);
+}
+
+/* 8-byte keys with empty values, and queue pushes under new names, cost
+ * about 200 bytes each in the heap: the budget stops them at a few
+ * thousand, not at budget / 8 (keys) or never (queue names). */
+static void test_budget_counts_overhead(void **state)
+{
+	const size_t budget = 1u << 20;
+	static uint8_t buf[4096 * 25];
+	for (int op = 0; op < 2; op++) {
+		struct dptp_tcpstore_server *s = budget_server("127.0.0.1", budget);
+		int fd = connect_local(dptp_tcpstore_server_port(s));
+		write_all(fd, validate_frame, sizeof(validate_frame));
+		for (unsigned i = 0; i < 64; i++) /* 256 Ki keys: 2 MiB of names */
+			write_all(fd, buf, flood_frames(buf, op ? DPTP_TCPSTORE_QUEUE_PUSH : DPTP_TCPSTORE_SET,
+							i * 4096, 4096));
+		assert_true(closed_within(fd, 5000));
+		close(fd);
+		wait_rejected(s, 1);
+		wait_clients(s, 0);
+		assert_true(dptp_tcpstore_server_used(s) <= budget);
+		if (!op)
+			assert_true(dptp_tcpstore_server_nkeys(s) < budget / 128);
+		dptp_tcpstore_server_destroy(s);
+	}
+}
+
+/* Another user of this host gets an eighth of the budget, however many
+ * connections it opens and keeps open; the job's own user still connects,
+ * sets and gets meanwhile. host: the server's address ("::" is dual-stack:
+ * the IPv4 clients arrive as ::ffff:127.0.0.1). */
+static void outsider_share(const char *host)
+{
+	const size_t budget = 1u << 20;
+	struct dptp_tcpstore_server *s = budget_server(host, budget);
+	uint16_t port = dptp_tcpstore_server_port(s);
+	int ready[2], done[2];
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(done), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* nobody: 64 connections of 1024 keys each (512 KiB of names),
+		 * all kept open until the parent is done */
+		static uint8_t buf[1024 * 25];
+		alarm(30); /* bounded whatever happens to the parent */
+		close(done[1]);
+		close(ready[0]);
+		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(2);
+		int fds[64];
+		for (unsigned i = 0; i < 64; i++) {
+			fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+			struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+						.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+			struct timeval tv = {.tv_sec = 2};
+			setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+			if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof(a)) < 0)
+				continue;
+			write_all(fds[i], validate_frame, sizeof(validate_frame));
+			write_all(fds[i], buf, flood_frames(buf, DPTP_TCPSTORE_SET, i * 1024, 1024));
+		}
+		sleep_ms(300);
+		char b = 1;
+		if (write(ready[1], &b, 1) != 1 || read(done[0], &b, 1) < 0)
+			_exit(3);
+		_exit(0);
+	}
+	char b;
+	close(ready[1]);
+	close(done[0]);
+	assert_int_equal(read(ready[0], &b, 1), 1);
+	wait_rejected(s, 1);
+	/* nobody holds no more than its share, connections included */
+	assert_true(dptp_tcpstore_server_used(s) <= budget / 8);
+	struct dptp_err err = {0};
+	struct dptp_tcpstore_client *c = client_to(port, true, 0);
+	char key[32];
+	for (int i = 0; i < 1000; i++) {
+		snprintf(key, sizeof(key), "rank%d", i);
+		assert_int_equal(dptp_tcpstore_client_set(c, key, S("addr:port"), &err), 0);
+	}
+	struct dptp_tcpstore_buf v = {0};
+	assert_int_equal(dptp_tcpstore_client_get(c, "rank999", &v, &err), 0);
+	assert_buf(&v, "addr:port", 9);
+	free(v.data);
+	dptp_tcpstore_client_destroy(c);
+	assert_int_equal(write(done[1], &b, 1), 1);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(ready[0]);
+	close(done[1]);
+	dptp_tcpstore_server_destroy(s);
+}
+
+static void test_budget_outsider_share(void **state)
+{
+	if (geteuid() != 0) {
+		print_message("skipped: needs root to be another user\n");
+		skip();
+	}
+	outsider_share("127.0.0.1");
+	if (have_ipv6())
+		outsider_share("::");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1811,6 +2012,9 @@ int main(void)
 		cmocka_unit_test(test_bind_addresses),
 		cmocka_unit_test(test_connect_retry_and_timeout),
 		cmocka_unit_test(test_client_limits),
+		cmocka_unit_test(test_budget_gives_back),
+		cmocka_unit_test(test_budget_counts_overhead),
+		cmocka_unit_test(test_budget_outsider_share),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -338,13 +338,20 @@ struct dptp_tcpstore_server_opts {
 	size_t max_client_bytes; /* input + output buffered per client before it
 				  * is disconnected; 0 = 64 MiB */
 	struct dptp_tcpstore_limits limits; /* zero fields = defaults */
-	/* memory budget over every client's buffers and the stored keys,
-	 * values and queue items; past it a growing input, a WAIT or a write
-	 * is refused and its connection closed, others go on. 0 = the
-	 * environment's DPTP_STORE_MAX_BYTES, else 512 MiB */
+	/* memory budget over what the server holds for its clients: each
+	 * connection, its buffers, every stored key, value and queue item,
+	 * counted at their heap cost (allocation overhead, struct, hash slot).
+	 * Each is charged to the peer that made it: this host's own user, a
+	 * local uid other than ours (found with sock_diag), or a remote
+	 * address (IPv6 by /64); a peer's connections share its charge. A
+	 * peer other than this host's user gets at most an eighth of the
+	 * budget, and all of them together half, so the job's own processes
+	 * keep the rest. Past a limit a connection, a growing input, a reply,
+	 * a WAIT or a write is refused and its connection closed, others go
+	 * on. 0 = the environment's DPTP_STORE_MAX_BYTES, else 512 MiB */
 	size_t max_total_bytes;
-	/* called once, from the server's thread, at the first refusal past
-	 * the budget (NULL: none); msg is one line without a newline */
+	/* called from the server's thread at a refusal (once per peer, at
+	 * most 8 times; NULL: none); msg is one line without a newline */
 	void (*log)(void *arg, const char *msg);
 	void *log_arg;
 };
@@ -372,5 +379,7 @@ size_t dptp_tcpstore_server_buffered(const struct dptp_tcpstore_server *s);
 size_t dptp_tcpstore_server_nkeys(const struct dptp_tcpstore_server *s);
 /* Connections closed for a protocol error or a limit since creation. */
 size_t dptp_tcpstore_server_nrejected(const struct dptp_tcpstore_server *s);
+/* Bytes counted against the budget (max_total_bytes) now. */
+size_t dptp_tcpstore_server_used(const struct dptp_tcpstore_server *s);
 
 #endif

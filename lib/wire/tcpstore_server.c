@@ -6,6 +6,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <arpa/inet.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -22,10 +26,35 @@
 #define READS_PER_STEP 16
 #define ACCEPTS_PER_STEP 64
 
+/* ---- memory accounting -------------------------------------------------------
+ * The budget counts what the heap really holds: every allocation at glibc's
+ * chunk size (the request plus an 8-byte header, rounded up to 16, at least
+ * 32 bytes), a stored key with its struct entry and its share of the hash
+ * table, a queue item with its header, a connection with its poll slot.
+ * Each is charged to the peer that made it (struct peer below). */
+
+static size_t heap_cost(size_t n)
+{
+	size_t c = (n + 8 + 15) & ~(size_t)15;
+	return c < 32 ? 32 : c;
+}
+
+/* A peer: this host's own user (trusted), another user of this host (by
+ * uid), or a remote host (by IPv4 address or IPv6 /64). Its connections
+ * share one account, so opening many connections buys no more memory. */
+struct peer {
+	uint8_t addr[16];   /* IPv4 as ::ffff:a.b.c.d; IPv6 /64; zero for a local uid */
+	uint32_t uid;       /* local peers */
+	bool local, trusted;
+	bool logged;        /* its refusal was logged */
+	size_t held;        /* bytes charged: connections, buffers, stored entries */
+};
+
 /* ---- hash map of byte-string keys ------------------------------------------ */
 
 struct qitem {
 	struct qitem *next;
+	struct peer *owner; /* charged heap_cost(sizeof(struct qitem) + len) */
 	size_t len;
 	uint8_t data[];
 };
@@ -37,10 +66,19 @@ struct entry {
 	size_t klen;
 	uint8_t *val;       /* kv map */
 	size_t vlen;
+	struct peer *owner; /* kv and queue maps: charged `cost` */
+	size_t cost;
 	struct qitem *qhead, *qtail; /* queue map */
 	size_t qlen;
 	struct conn *wfirst, *wlast; /* waiter index: waiters whose next missing key this is */
 };
+
+/* An entry's own cost: the struct, its key and two bucket pointers (the
+ * table has between one and two per entry; a third while it doubles). */
+static size_t entry_cost(size_t klen)
+{
+	return heap_cost(sizeof(struct entry)) + heap_cost(klen) + 2 * sizeof(struct entry *);
+}
 
 struct map {
 	struct entry **b;
@@ -166,13 +204,15 @@ struct conn {
 	bool dead;
 	uint8_t dialect;    /* enum dptp_tcpstore_dialect, told by the first bytes */
 	bool validated;
+	struct peer *peer;  /* charged for the connection and its buffers */
 	uint8_t *in;
 	size_t inlen, incap, need;
 	uint8_t *out;
 	size_t outoff, outlen, outcap;
-	/* pending WAIT: a copy of the frame's key list (u64 n, n x string) */
+	/* pending WAIT: a copy of the frame's key list (u64 n, n x string);
+	 * charged wcost: the copy and a waiter index entry for its longest key */
 	uint8_t *wait;
-	size_t waitlen;
+	size_t waitlen, wcost;
 	struct conn *wprev, *wnext;
 	bool waiting;
 	/* in the waiter index under ikey, the first key of the list from
@@ -205,29 +245,129 @@ struct dptp_tcpstore_server {
 	bool running;
 	int stop; /* __atomic */
 	/* counters (__atomic) */
-	size_t st_clients, st_buffered, st_keys, st_rejected;
-	size_t buffered;
-	size_t stored;      /* key, value and queue item bytes */
-	size_t max_total;   /* budget for buffered + stored */
-	bool refused;       /* the budget's one log line was written */
+	size_t st_clients, st_buffered, st_keys, st_rejected, st_used;
+	size_t buffered;    /* connections with their input, output and WAIT buffers */
+	size_t used;        /* everything charged to a peer: the budget's measure */
+	size_t untrusted;   /* the part of used charged to untrusted peers */
+	size_t max_total;   /* budget for used */
+	struct peer **peers;
+	size_t npeers, cappeers;
+	int diag;           /* sock_diag: 1 works, 0 absent, -1 not tried yet */
+	int nlfd;           /* its socket, -1 until needed */
+	uint32_t nlseq;
+	unsigned nlogged;   /* refusal lines written */
 	void (*log)(void *arg, const char *msg);
 	void *log_arg;
 };
 
-/* Would `more` bytes pass the budget? The first refusal is logged once. */
-static bool over_budget(struct dptp_tcpstore_server *s, size_t more, const char *what)
+/* What a peer other than this host's own user may hold: an eighth of the
+ * budget each, half of it for all of them together. The job's own
+ * processes on this host keep the other half whatever outsiders send. */
+static size_t peer_share(const struct dptp_tcpstore_server *s)
 {
-	if (s->buffered + s->stored + more <= s->max_total)
-		return false;
-	if (!s->refused && s->log) {
-		char msg[256];
-		snprintf(msg, sizeof(msg), "store: memory budget of %zu MiB reached (%zu MiB buffered, %zu MiB stored): "
-			 "refusing %s and closing its connection (logged once; DPTP_STORE_MAX_BYTES sets the budget)",
-			 s->max_total >> 20, s->buffered >> 20, s->stored >> 20, what);
-		s->log(s->log_arg, msg);
+	return s->max_total / 8;
+}
+
+static size_t untrusted_share(const struct dptp_tcpstore_server *s)
+{
+	return s->max_total / 2;
+}
+
+static void peer_name(const struct peer *p, char *buf, size_t len)
+{
+	if (p->local) {
+		snprintf(buf, len, "uid %u on this host", (unsigned)p->uid);
+		return;
 	}
-	s->refused = true;
+	static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	char a[INET6_ADDRSTRLEN] = "?";
+	if (memcmp(p->addr, v4, 12) == 0) {
+		inet_ntop(AF_INET, p->addr + 12, a, sizeof(a));
+		snprintf(buf, len, "%s", a);
+	} else {
+		inet_ntop(AF_INET6, p->addr, a, sizeof(a));
+		snprintf(buf, len, "%s/64", a);
+	}
+}
+
+/* Would charging `more` bytes to p pass the budget or p's share? Refusals
+ * are logged once per peer, at most 8 lines in all. */
+static bool over_budget(struct dptp_tcpstore_server *s, struct peer *p, size_t more, const char *what)
+{
+	const char *why = NULL;
+	if (s->used + more > s->max_total)
+		why = "memory budget";
+	else if (!p->trusted && p->held + more > peer_share(s))
+		why = "share of one peer (an eighth of the budget)";
+	else if (!p->trusted && s->untrusted + more > untrusted_share(s))
+		why = "share of all peers other than this host's user (half the budget)";
+	if (!why)
+		return false;
+	if (!p->logged && s->nlogged < 8 && s->log) {
+		char msg[384], who[80];
+		peer_name(p, who, sizeof(who));
+		snprintf(msg, sizeof(msg), "store: %s of %zu MiB reached (%zu MiB buffered, %zu MiB stored, %zu MiB "
+			 "held by %s): refusing %s from %s and closing its connection (DPTP_STORE_MAX_BYTES sets the budget)",
+			 why, s->max_total >> 20, s->buffered >> 20, (s->used - s->buffered) >> 20, p->held >> 20,
+			 who, what, who);
+		s->log(s->log_arg, msg);
+		s->nlogged++;
+	}
+	p->logged = true;
 	return true;
+}
+
+static void charge(struct dptp_tcpstore_server *s, struct peer *p, size_t n)
+{
+	p->held += n;
+	s->used += n;
+	if (!p->trusted)
+		s->untrusted += n;
+}
+
+/* Gives back n bytes of p's; a peer that holds nothing is forgotten. */
+static void release(struct dptp_tcpstore_server *s, struct peer *p, size_t n)
+{
+	p->held -= n;
+	s->used -= n;
+	if (!p->trusted)
+		s->untrusted -= n;
+	if (p->held)
+		return;
+	for (size_t i = 0; i < s->npeers; i++)
+		if (s->peers[i] == p) {
+			s->peers[i] = s->peers[--s->npeers];
+			break;
+		}
+	free(p);
+}
+
+/* Charges p for `cost` more bytes if the budget allows. */
+static bool take(struct dptp_tcpstore_server *s, struct peer *p, size_t cost, const char *what)
+{
+	if (over_budget(s, p, cost, what))
+		return false;
+	charge(s, p, cost);
+	return true;
+}
+
+/* Would moving an object charged `cost` to `owner` over to p, at newcost,
+ * pass the budget? (A write charges the writer for what it leaves.) */
+static bool recharge_refused(struct dptp_tcpstore_server *s, const struct peer *owner, size_t cost,
+			     struct peer *p, size_t newcost, const char *what)
+{
+	size_t credit = owner == p ? cost : 0;
+	return newcost > credit && over_budget(s, p, newcost - credit, what);
+}
+
+static void recharge(struct dptp_tcpstore_server *s, struct peer **owner, size_t *cost, struct peer *p,
+		     size_t newcost)
+{
+	charge(s, p, newcost);
+	if (*owner)
+		release(s, *owner, *cost);
+	*owner = p;
+	*cost = newcost;
 }
 
 static void stat_set(size_t *p, size_t v)
@@ -242,7 +382,28 @@ static size_t stat_get(const size_t *p)
 
 static size_t conn_bytes(const struct conn *c)
 {
-	return c->incap + c->outcap + c->waitlen + c->watchbytes;
+	return c->incap + c->outcap + c->wcost + c->watchbytes;
+}
+
+/* What a connection costs before any buffer: its struct and poll slot. */
+static size_t conn_cost(void)
+{
+	return heap_cost(sizeof(struct conn)) + sizeof(struct pollfd) + 2 * sizeof(struct conn *);
+}
+
+/* Charges c's peer for n more bytes of c's buffers, if the budget allows. */
+static bool buf_take(struct dptp_tcpstore_server *s, struct conn *c, size_t n, const char *what)
+{
+	if (!take(s, c->peer, n, what))
+		return false;
+	s->buffered += n;
+	return true;
+}
+
+static void buf_release(struct dptp_tcpstore_server *s, struct conn *c, size_t n)
+{
+	s->buffered -= n;
+	release(s, c->peer, n);
 }
 
 static void index_remove(struct dptp_tcpstore_server *s, struct conn *c)
@@ -279,10 +440,10 @@ static void waiter_unlink(struct dptp_tcpstore_server *s, struct conn *c)
 		s->wtail = c->wprev;
 	c->wprev = c->wnext = NULL;
 	c->waiting = false;
-	s->buffered -= c->waitlen;
+	buf_release(s, c, c->wcost);
 	free(c->wait);
 	c->wait = NULL;
-	c->waitlen = 0;
+	c->waitlen = c->wcost = 0;
 }
 
 static void conn_kill(struct dptp_tcpstore_server *s, struct conn *c, bool rejected)
@@ -301,7 +462,7 @@ static void conn_free(struct dptp_tcpstore_server *s, struct conn *c)
 {
 	waiter_unlink(s, c);
 	unwatch(s, c);
-	s->buffered -= c->incap + c->outcap;
+	buf_release(s, c, c->incap + c->outcap + conn_cost()); /* may forget the peer */
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->in);
@@ -327,17 +488,18 @@ static uint8_t *out_reserve(struct dptp_tcpstore_server *s, struct conn *c, size
 		size_t cap = c->outcap ? c->outcap : 256;
 		while (cap < c->outlen + n)
 			cap *= 2;
-		if (cap - c->outcap + conn_bytes(c) > s->max_client_bytes) {
+		if (cap - c->outcap + conn_bytes(c) > s->max_client_bytes ||
+		    !buf_take(s, c, cap - c->outcap, "a reply")) {
 			/* the client does not read its replies, or asked for too much */
 			conn_kill(s, c, true);
 			return NULL;
 		}
 		uint8_t *no = realloc(c->out, cap);
 		if (!no) {
+			buf_release(s, c, cap - c->outcap);
 			conn_kill(s, c, true);
 			return NULL;
 		}
-		s->buffered += cap - c->outcap;
 		c->out = no;
 		c->outcap = cap;
 	}
@@ -479,25 +641,45 @@ static void wake_key(struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl
 	}
 }
 
-static int kv_set(struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl,
-		  const uint8_t *v, size_t vl)
+/* A stored key with a value of vl bytes. */
+static size_t kv_cost(size_t kl, size_t vl)
+{
+	return entry_cost(kl) + heap_cost(vl ? vl : 1);
+}
+
+/* Sets k to the vl bytes at v (v may be e's own value: APPEND passes NULL
+ * and appends instead). The writer's peer is charged for the whole key. */
+static int kv_write(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *k, size_t kl,
+		    const uint8_t *v, size_t vl, bool append, const char *what)
 {
 	struct entry *e = map_find(&s->kv, k, kl);
 	bool fresh = !e;
-	size_t old = e ? e->vlen : 0, more = (fresh ? kl : 0) + (vl > old ? vl - old : 0);
-	if (more && over_budget(s, more, "a write"))
+	size_t nl = append && e ? e->vlen + vl : vl, cost = kv_cost(kl, nl);
+	if (recharge_refused(s, e ? e->owner : NULL, e ? e->cost : 0, c->peer, cost, what))
 		return -ENOSPC;
 	if (fresh && !(e = map_get(&s->kv, k, kl)))
 		return -ENOMEM;
-	uint8_t *nv = malloc(vl ? vl : 1);
-	if (!nv)
+	uint8_t *nv = malloc(nl ? nl : 1);
+	if (!nv) {
+		if (fresh)
+			map_del(&s->kv, k, kl);
 		return -ENOMEM;
-	memcpy(nv, v, vl);
+	}
+	size_t at = nl - vl;
+	if (at)
+		memcpy(nv, e->val, at);
+	memcpy(nv + at, v, vl);
 	free(e->val);
-	s->stored += (fresh ? kl : 0) + vl - old; /* modulo 2^64: shrinking works */
 	e->val = nv;
-	e->vlen = vl;
+	e->vlen = nl;
+	recharge(s, &e->owner, &e->cost, c->peer, cost);
 	return 0;
+}
+
+static int kv_set(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *k, size_t kl,
+		  const uint8_t *v, size_t vl)
+{
+	return kv_write(s, c, k, kl, v, vl, false, "a write");
 }
 
 /* Parses a stored ADD value like std::stoll: optional blanks, sign, digits. */
@@ -533,23 +715,22 @@ static int cmp_keys(const void *a, const void *b)
 /* c watches key k: it gets a message on every change of k until it leaves. */
 static int watch_add(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *k, size_t kl)
 {
-	size_t cost = kl + sizeof(c);
-	if (conn_bytes(c) + cost > s->max_client_bytes || over_budget(s, cost, "a WATCH_KEY"))
+	/* a list slot, and the key's entry when it is the first watcher */
+	size_t cost = entry_cost(kl) + sizeof(c);
+	if (conn_bytes(c) + cost > s->max_client_bytes || !buf_take(s, c, cost, "a WATCH_KEY"))
 		return -ENOBUFS;
 	struct entry *w = map_get(&s->watches, k, kl);
-	if (!w)
-		return -ENOMEM;
-	struct conn **v = realloc(w->val, w->vlen + sizeof(c));
+	struct conn **v = w ? realloc(w->val, w->vlen + sizeof(c)) : NULL;
 	if (!v) {
-		if (!w->vlen)
+		if (w && !w->vlen)
 			map_del(&s->watches, k, kl);
+		buf_release(s, c, cost);
 		return -ENOMEM;
 	}
 	v[w->vlen / sizeof(c)] = c;
 	w->val = (uint8_t *)v;
 	w->vlen += sizeof(c);
 	c->watchbytes += cost;
-	s->buffered += cost;
 	out_u8(s, c, DPTP_TCPSTORE_KEY_CALLBACK_REGISTERED);
 	return 0;
 }
@@ -578,7 +759,7 @@ static void unwatch(struct dptp_tcpstore_server *s, struct conn *c)
 			s->watches.n--;
 		}
 	}
-	s->buffered -= c->watchbytes;
+	buf_release(s, c, c->watchbytes);
 	c->watchbytes = 0;
 }
 
@@ -637,12 +818,12 @@ static void change_end(struct dptp_tcpstore_server *s, struct change *ch, bool c
 }
 
 /* SET with its watchers told. */
-static int set_watched(struct dptp_tcpstore_server *s, const uint8_t *k, size_t kl,
+static int set_watched(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *k, size_t kl,
 		       const uint8_t *v, size_t vl)
 {
 	struct change ch;
 	DPTP_TRY(change_begin(s, k, kl, &ch));
-	int rc = kv_set(s, k, kl, v, vl);
+	int rc = kv_set(s, c, k, kl, v, vl);
 	change_end(s, &ch, rc == 0);
 	return rc;
 }
@@ -670,7 +851,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 	case DPTP_TCPSTORE_SET:
 		k = rd_str(&r, &kl);
 		v = rd_str(&r, &vl);
-		DPTP_TRY(set_watched(s, k, kl, v, vl));
+		DPTP_TRY(set_watched(s, c, k, kl, v, vl));
 		wake_key(s, k, kl, false);
 		return 0;
 	case DPTP_TCPSTORE_WATCH_KEY:
@@ -683,14 +864,14 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 		struct entry *e = map_find(&s->kv, k, kl);
 		if (!e) {
 			if (el == 0) {
-				DPTP_TRY(set_watched(s, k, kl, v, vl));
+				DPTP_TRY(set_watched(s, c, k, kl, v, vl));
 				out_str(s, c, v, vl);
 			} else {
 				out_str(s, c, ev, el);
 			}
 		} else {
 			if (e->vlen == el && memcmp(e->val, ev, el) == 0)
-				DPTP_TRY(set_watched(s, k, kl, v, vl));
+				DPTP_TRY(set_watched(s, c, k, kl, v, vl));
 			out_str(s, c, e->val, e->vlen);
 		}
 		wake_key(s, k, kl, false);
@@ -712,7 +893,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 			return -ERANGE;
 		char num[24];
 		int nl = snprintf(num, sizeof(num), "%" PRId64, sum);
-		DPTP_TRY(set_watched(s, k, kl, (const uint8_t *)num, (size_t)nl));
+		DPTP_TRY(set_watched(s, c, k, kl, (const uint8_t *)num, (size_t)nl));
 		out_u64(s, c, (uint64_t)sum);
 		wake_key(s, k, kl, false);
 		return 0;
@@ -727,14 +908,18 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 			return 0;
 		}
 		size_t n = flen - 1;
-		if (conn_bytes(c) + n > s->max_client_bytes || over_budget(s, n, "a WAIT"))
+		/* the copy, and the waiter index entry of its longest key */
+		size_t cost = heap_cost(n) + entry_cost(n);
+		if (conn_bytes(c) + cost > s->max_client_bytes || !buf_take(s, c, cost, "a WAIT"))
 			return -ENOBUFS;
 		c->wait = malloc(n);
-		if (!c->wait)
+		if (!c->wait) {
+			buf_release(s, c, cost);
 			return -ENOMEM;
+		}
 		memcpy(c->wait, f + 1, n);
 		c->waitlen = n;
-		s->buffered += n;
+		c->wcost = cost;
 		c->waiting = true;
 		struct rd wr = {.p = c->wait};
 		c->wleft = rd_u64(&wr);
@@ -754,10 +939,10 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 		return 0;
 	case DPTP_TCPSTORE_DELETE_KEY: {
 		k = rd_str(&r, &kl);
+		DPTP_TRY(change_begin(s, k, kl, &ch));
 		struct entry *d = map_find(&s->kv, k, kl);
 		if (d)
-			s->stored -= d->klen + d->vlen;
-		DPTP_TRY(change_begin(s, k, kl, &ch));
+			release(s, d->owner, d->cost);
 		bool gone = map_del(&s->kv, k, kl);
 		change_end(s, &ch, gone);
 		out_u64(s, c, gone ? 1 : 0);
@@ -768,25 +953,12 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 		v = rd_str(&r, &vl);
 		struct entry *e = map_find(&s->kv, k, kl);
 		const struct entry *w = s->watches.n ? map_find(&s->watches, k, kl) : NULL;
-		if (!e) {
-			DPTP_TRY(kv_set(s, k, kl, v, vl));
-			if (w)
-				watch_send(s, w, DPTP_TCPSTORE_KEY_CREATED, NULL, 0, v, vl);
-		} else {
-			if (e->vlen + vl > 4 * (size_t)s->lim.max_value)
-				return -EMSGSIZE; /* keep appends from growing a value without bound */
-			if (over_budget(s, vl, "an APPEND"))
-				return -ENOSPC;
-			uint8_t *nv = realloc(e->val, e->vlen + vl ? e->vlen + vl : 1);
-			if (!nv)
-				return -ENOMEM;
-			memcpy(nv + e->vlen, v, vl);
-			e->val = nv;
-			e->vlen += vl;
-			s->stored += vl;
-			if (w) /* as torch 2.1's nightlies did: the appended bytes only */
-				watch_send(s, w, DPTP_TCPSTORE_KEY_APPENDED, NULL, 0, v, vl);
-		}
+		if (e && e->vlen + vl > 4 * (size_t)s->lim.max_value)
+			return -EMSGSIZE; /* keep appends from growing a value without bound */
+		bool existed = e != NULL;
+		DPTP_TRY(kv_write(s, c, k, kl, v, vl, true, "an APPEND"));
+		if (w) /* as torch 2.1's nightlies did: the appended bytes only */
+			watch_send(s, w, existed ? DPTP_TCPSTORE_KEY_APPENDED : DPTP_TCPSTORE_KEY_CREATED, NULL, 0, v, vl);
 		wake_key(s, k, kl, false);
 		return 0;
 	}
@@ -804,7 +976,7 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 		for (uint64_t i = 0; i < n; i++) {
 			k = rd_str(&r, &kl);
 			v = rd_str(&r, &vl);
-			DPTP_TRY(set_watched(s, k, kl, v, vl));
+			DPTP_TRY(set_watched(s, c, k, kl, v, vl));
 			wake_key(s, k, kl, false);
 		}
 		return 0;
@@ -816,15 +988,23 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 	case DPTP_TCPSTORE_QUEUE_PUSH: {
 		k = rd_str(&r, &kl);
 		v = rd_str(&r, &vl);
-		if (over_budget(s, vl, "a QUEUE_PUSH"))
+		/* the item, and the queue's own entry when it is new */
+		struct entry *q = map_find(&s->queues, k, kl);
+		size_t icost = heap_cost(sizeof(struct qitem) + vl), qcost = q ? 0 : entry_cost(kl);
+		if (over_budget(s, c->peer, icost + qcost, "a QUEUE_PUSH"))
 			return -ENOSPC;
-		struct entry *q = map_get(&s->queues, k, kl);
-		if (!q)
+		if (!q && !(q = map_get(&s->queues, k, kl)))
 			return -ENOMEM;
 		struct qitem *it = malloc(sizeof(*it) + vl);
-		if (!it)
+		if (!it) {
+			if (!q->qlen)
+				map_del(&s->queues, k, kl);
 			return -ENOMEM;
-		s->stored += vl;
+		}
+		if (qcost)
+			recharge(s, &q->owner, &q->cost, c->peer, qcost);
+		charge(s, c->peer, icost);
+		it->owner = c->peer;
 		it->next = NULL;
 		it->len = vl;
 		memcpy(it->data, v, vl);
@@ -851,10 +1031,12 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 		if (!q->qhead)
 			q->qtail = NULL;
 		q->qlen--;
-		s->stored -= it->len;
+		release(s, it->owner, heap_cost(sizeof(*it) + it->len));
 		free(it);
-		if (!q->qlen)
+		if (!q->qlen) {
+			release(s, q->owner, q->cost);
 			map_del(&s->queues, k, kl);
+		}
 		return 0;
 	}
 	case DPTP_TCPSTORE_QUEUE_LEN: {
@@ -925,10 +1107,15 @@ static void process_input(struct dptp_tcpstore_server *s, struct conn *c)
 		memmove(c->in, c->in + off, c->inlen - off);
 		c->inlen -= off; /* need is relative to the frame start: unchanged */
 	}
-	/* give back a large input buffer once it is empty */
-	if (!c->dead && c->inlen == 0 && c->incap > 4 * READ_CHUNK) {
+}
+
+/* Gives back an empty input buffer: an idle connection costs its struct,
+ * not a read chunk (8000 workers x 64 KiB would be 500 MiB). */
+static void in_trim(struct dptp_tcpstore_server *s, struct conn *c)
+{
+	if (c->inlen == 0 && c->incap) {
 		free(c->in);
-		s->buffered -= c->incap;
+		buf_release(s, c, c->incap);
 		c->in = NULL;
 		c->incap = 0;
 	}
@@ -962,17 +1149,17 @@ static void conn_read(struct dptp_tcpstore_server *s, struct conn *c)
 				want = c->incap + (s->max_client_bytes - conn_bytes(c));
 				grow = want - c->incap;
 			}
-			if (grow && over_budget(s, grow, "a client's unfinished frame")) {
+			if (grow && !buf_take(s, c, grow, "a client's unfinished frame")) {
 				conn_kill(s, c, true);
 				return;
 			}
 			if (grow) {
 				uint8_t *ni = realloc(c->in, want);
 				if (!ni) {
+					buf_release(s, c, grow);
 					conn_kill(s, c, true);
 					return;
 				}
-				s->buffered += grow;
 				c->in = ni;
 				c->incap = want;
 			}
@@ -989,11 +1176,12 @@ static void conn_read(struct dptp_tcpstore_server *s, struct conn *c)
 		if (k < 0) {
 			if (io_retry(s, c))
 				continue;
-			return;
+			break;
 		}
 		c->inlen += (size_t)k;
 		process_input(s, c);
 	}
+	in_trim(s, c);
 }
 
 static void conn_write(struct dptp_tcpstore_server *s, struct conn *c)
@@ -1012,11 +1200,138 @@ static void conn_write(struct dptp_tcpstore_server *s, struct conn *c)
 		c->outoff = c->outlen = 0;
 		if (c->outcap > 4 * READ_CHUNK) {
 			free(c->out);
-			s->buffered -= c->outcap;
+			buf_release(s, c, c->outcap);
 			c->out = NULL;
 			c->outcap = 0;
 		}
 	}
+}
+
+/* ---- peers -------------------------------------------------------------------- */
+
+/* An address as IPv6, IPv4 mapped to ::ffff:a.b.c.d. */
+static void addr_norm(const struct sockaddr_storage *ss, uint8_t a[16], uint16_t *port)
+{
+	memset(a, 0, 16);
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *v4 = (const void *)ss;
+		a[10] = a[11] = 0xff;
+		memcpy(a + 12, &v4->sin_addr, 4);
+		*port = v4->sin_port;
+	} else {
+		const struct sockaddr_in6 *v6 = (const void *)ss;
+		memcpy(a, &v6->sin6_addr, 16);
+		*port = v6->sin6_port;
+	}
+}
+
+static bool addr_v4(const uint8_t a[16])
+{
+	static const uint8_t pre[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	return memcmp(a, pre, 12) == 0;
+}
+
+/* The uid owning the TCP socket of this network namespace whose own end is
+ * (src, sport) and whose other end is (dst, dport), asked of sock_diag
+ * (the kernel answers within the send: no wait). 0 with *uid set; -ENOENT
+ * when there is none; another negative errno when sock_diag cannot say. */
+static int diag_uid(struct dptp_tcpstore_server *s, const uint8_t src[16], uint16_t sport,
+		    const uint8_t dst[16], uint16_t dport, uint32_t *uid)
+{
+	if (s->nlfd < 0)
+		s->nlfd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_SOCK_DIAG);
+	if (s->nlfd < 0)
+		return -errno;
+	bool v4 = addr_v4(src) && addr_v4(dst);
+	struct {
+		struct nlmsghdr h;
+		struct inet_diag_req_v2 r;
+	} req = {
+		.h = {.nlmsg_len = sizeof(req), .nlmsg_type = SOCK_DIAG_BY_FAMILY, .nlmsg_flags = NLM_F_REQUEST,
+		      .nlmsg_seq = ++s->nlseq},
+		.r = {.sdiag_family = v4 ? AF_INET : AF_INET6, .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u,
+		      .id = {.idiag_sport = sport, .idiag_dport = dport,
+			     .idiag_cookie = {INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE}}},
+	};
+	memcpy(req.r.id.idiag_src, v4 ? src + 12 : src, v4 ? 4 : 16);
+	memcpy(req.r.id.idiag_dst, v4 ? dst + 12 : dst, v4 ? 4 : 16);
+	struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+	if (sendto(s->nlfd, &req, sizeof(req), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+		return -errno;
+	long buf[1024];
+	for (;;) {
+		ssize_t k = recv(s->nlfd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (k < 0)
+			return errno == EINTR ? -EAGAIN : -errno;
+		for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, (size_t)k); h = NLMSG_NEXT(h, k)) {
+			if (h->nlmsg_seq != s->nlseq)
+				continue; /* a late answer to an earlier question */
+			if (h->nlmsg_type == NLMSG_ERROR) {
+				const struct nlmsgerr *e = NLMSG_DATA(h);
+				return e->error ? e->error : -ENOENT;
+			}
+			if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY)
+				return -EPROTO;
+			const struct inet_diag_msg *m = NLMSG_DATA(h);
+			/* a listener or a time-wait entry is no client (the
+			 * latter reports uid 0) */
+			if (m->idiag_state == 10 || m->idiag_state == 6 || m->idiag_state == 12 ||
+			    m->id.idiag_sport != sport || m->id.idiag_dport != dport)
+				return -ENOENT;
+			*uid = m->idiag_uid;
+			return 0;
+		}
+	}
+}
+
+/* Who is at the other end of fd: its peer, found or made (NULL when out
+ * of memory). A client socket of this host's network namespace is its
+ * owner's uid; anything else is its address (IPv6 by its /64). Where
+ * sock_diag cannot tell (not in this kernel), a loopback or own address is
+ * taken for this host's user, as before peers were told apart. */
+static struct peer *peer_of(struct dptp_tcpstore_server *s, int fd, const struct sockaddr_storage *ps)
+{
+	struct sockaddr_storage ss = {0};
+	socklen_t sl = sizeof(ss);
+	uint8_t pa[16], la[16] = {0};
+	uint16_t pport, lport = 0;
+	addr_norm(ps, pa, &pport);
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+		addr_norm(&ss, la, &lport);
+	struct peer key = {0};
+	uint32_t uid = 0;
+	if (s->diag < 0) /* our own end says whether sock_diag answers here */
+		s->diag = diag_uid(s, la, lport, pa, pport, &uid) == 0;
+	if (s->diag && diag_uid(s, pa, pport, la, lport, &uid) == 0) {
+		key.local = true;
+		key.uid = uid;
+	} else if (!s->diag && (memcmp(pa, la, 16) == 0 || memcmp(pa, &in6addr_loopback, 16) == 0 ||
+				(addr_v4(pa) && pa[12] == 127))) {
+		key.local = true;
+		key.uid = (uint32_t)geteuid();
+	} else {
+		memcpy(key.addr, pa, addr_v4(pa) ? 16 : 8);
+	}
+	key.trusted = key.local && key.uid == (uint32_t)geteuid();
+	for (size_t i = 0; i < s->npeers; i++) {
+		struct peer *p = s->peers[i];
+		if (p->local == key.local && p->uid == key.uid && memcmp(p->addr, key.addr, 16) == 0)
+			return p;
+	}
+	if (s->npeers == s->cappeers) {
+		size_t cap = s->cappeers ? s->cappeers * 2 : 16;
+		struct peer **np = realloc(s->peers, cap * sizeof(*np));
+		if (!np)
+			return NULL;
+		s->peers = np;
+		s->cappeers = cap;
+	}
+	struct peer *p = malloc(sizeof(*p));
+	if (!p)
+		return NULL;
+	*p = key;
+	s->peers[s->npeers++] = p;
+	return p;
 }
 
 static void do_accept(struct dptp_tcpstore_server *s)
@@ -1024,7 +1339,9 @@ static void do_accept(struct dptp_tcpstore_server *s)
 	if (dptp_now() < s->accept_pause_until)
 		return;
 	for (int i = 0; i < ACCEPTS_PER_STEP; i++) {
-		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage ps;
+		socklen_t pl = sizeof(ps);
+		int fd = accept4(s->lfd, (struct sockaddr *)&ps, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
 				s->accept_pause_until = dptp_now() + 0.1;
@@ -1042,13 +1359,23 @@ static void do_accept(struct dptp_tcpstore_server *s)
 			s->conns = nc;
 			s->capconns = cap;
 		}
-		struct conn *c = calloc(1, sizeof(*c));
-		if (!c) {
+		struct peer *p = peer_of(s, fd, &ps);
+		if (!p) {
 			close(fd);
 			return;
 		}
+		struct conn *c = NULL;
+		if (over_budget(s, p, conn_cost(), "a connection") || !(c = calloc(1, sizeof(*c)))) {
+			/* refused: one peer's many connections share its part */
+			release(s, p, 0);
+			close(fd);
+			stat_set(&s->st_rejected, stat_get(&s->st_rejected) + 1);
+			continue;
+		}
 		c->fd = fd;
 		c->need = 1;
+		c->peer = p;
+		buf_take(s, c, conn_cost(), "a connection"); /* passed just above */
 		s->conns[s->nconns++] = c;
 	}
 }
@@ -1058,6 +1385,7 @@ static void publish_stats(struct dptp_tcpstore_server *s)
 	stat_set(&s->st_clients, s->nconns);
 	stat_set(&s->st_buffered, s->buffered);
 	stat_set(&s->st_keys, s->kv.n);
+	stat_set(&s->st_used, s->used);
 }
 
 int dptp_tcpstore_server_step(struct dptp_tcpstore_server *s, int timeout_ms, struct dptp_err *err)
@@ -1191,6 +1519,8 @@ int dptp_tcpstore_server_create(const struct dptp_tcpstore_server_opts *opts,
 	if (!s)
 		return dptp_err_set(err, -ENOMEM, "tcpstore server: out of memory");
 	s->lfd = -1;
+	s->nlfd = -1;
+	s->diag = -1;
 	s->max_client_bytes = o.max_client_bytes ? o.max_client_bytes : DPTP_TCPSTORE_DEFAULT_CLIENT_BYTES;
 	s->lim.max_key = o.limits.max_key ? o.limits.max_key : DPTP_TCPSTORE_MAX_KEY;
 	s->lim.max_value = o.limits.max_value ? o.limits.max_value : DPTP_TCPSTORE_MAX_VALUE;
@@ -1283,8 +1613,13 @@ void dptp_tcpstore_server_destroy(struct dptp_tcpstore_server *s)
 	map_clear(&s->queues);
 	map_clear(&s->widx);
 	map_clear(&s->watches);
+	for (size_t i = 0; i < s->npeers; i++)
+		free(s->peers[i]);
+	free(s->peers);
 	if (s->lfd >= 0)
 		close(s->lfd);
+	if (s->nlfd >= 0)
+		close(s->nlfd);
 	if (s->wakefd >= 0)
 		close(s->wakefd);
 	free(s);
@@ -1313,4 +1648,9 @@ size_t dptp_tcpstore_server_nkeys(const struct dptp_tcpstore_server *s)
 size_t dptp_tcpstore_server_nrejected(const struct dptp_tcpstore_server *s)
 {
 	return stat_get(&s->st_rejected);
+}
+
+size_t dptp_tcpstore_server_used(const struct dptp_tcpstore_server *s)
+{
+	return stat_get(&s->st_used);
 }

@@ -24,6 +24,15 @@ of the job, /dev/shm/dptp-* files). Every count but attempts must be 0.
                   clients each send 12 MiB of a MULTI_SET of 48 MiB and
                   stop; its peak RSS (VmHWM from /proc) stays under the
                   budget + 48 MiB, and rank 1 then joins and the job passes.
+  store_keys      rank 0's TCPStore with DPTP_STORE_MAX_BYTES=16M: a client
+                  of the job's own user floods QUEUE_PUSH with new key names
+                  and SETs of 8-byte keys with empty values (issue 24 item
+                  2: neither was counted): its RSS (VmHWM) grows by less
+                  than twice the budget, and the flood is refused.
+  store_outsider  the same flood as uid nobody (setpriv; the job's own user
+                  when not root), over as many connections as it likes:
+                  RSS grows by less than the budget, and rank 1 then joins
+                  and the job passes (the outsider gets an eighth).
   waiter_bomb     the same store: 1000 keys set, then 400 clients WAIT on
                   all of them plus one that never comes; a client's SET
                   round trip is printed (a figure, not asserted) and rank 1
@@ -133,8 +142,43 @@ def attacker(mode, seconds):
     return 0
 
 
-def start_attacker(mode, seconds):
-    cmd = [sys.executable, os.path.abspath(__file__), "--attacker", mode, "--seconds", str(seconds)]
+def store_flood(port, seconds, keys=1 << 20, conns=32):
+    """QUEUE_PUSH of new key names and SETs of 8-byte keys, both with empty
+    values, over up to `conns` connections (a new one when the store closes
+    one): what the budget once missed. Returns (requests sent, connections
+    the store closed or refused)."""
+    end = time.monotonic() + seconds
+    batch = 8192
+    sent = closed = 0
+    c = None
+    i = 0
+    while i < keys and time.monotonic() < end and closed < conns:
+        if c is None:
+            try:
+                c = socket.create_connection(("127.0.0.1", port), timeout=2)
+                c.sendall(VALIDATE)
+            except OSError:
+                closed += 1
+                c = None
+                continue
+        blob = b"".join(b"\x0e" + u64(10) + b"/q%08x" % (i + j) + u64(0) +
+                        b"\x01" + u64(8) + b"k%07x" % (i + j) + u64(0) for j in range(batch))
+        try:
+            c.sendall(blob)
+            sent += 2 * batch
+            i += batch
+        except OSError:
+            closed += 1
+            c.close()
+            c = None
+    if c is not None:
+        c.close()
+    return sent, closed
+
+
+def start_attacker(mode, seconds, port=0):
+    cmd = [sys.executable, os.path.abspath(__file__), "--attacker", mode, "--seconds", str(seconds),
+           "--port", str(port)]
     if os.getuid() == 0:
         cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] + cmd
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -505,6 +549,47 @@ def case_store_memory():
 
 def sstr(b):
     return u64(len(b)) + b
+
+
+def store_flood_case(case, outsider):
+    """store_keys (outsider False) and store_outsider: see the docstring."""
+    security.ARGS = ARGS
+    port = free_port()
+    budget = 16
+    os.environ["DPTP_STORE_MAX_BYTES"] = "%dM" % budget
+    try:
+        p, ls = security.start_rank0(port)
+    finally:
+        del os.environ["DPTP_STORE_MAX_BYTES"]
+    figure(case, attempts=1)
+    try:
+        if not ls:
+            return fail(case, "rank 0 never listened on %d" % port)
+        hwm0 = vm_kb(p.pid, "VmHWM")
+        t0 = time.monotonic()
+        if outsider:
+            a = start_attacker("store", 8, port)
+            out = a.communicate(timeout=60)[0].strip()
+        else:
+            out = "sent %d requests, %d connections closed" % store_flood(port, 8)
+        secs = time.monotonic() - t0
+        time.sleep(0.3)
+        grow = (vm_kb(p.pid, "VmHWM") - hwm0) / 1024
+        FIGURES[case]["peak_rss_growth_mib"] = round(grow, 1)
+        print("%s: budget %d MiB, flood of empty queue pushes and 8-byte keys for %.1f s (%s): peak RSS +%.1f MiB"
+              % (case, budget, secs, out, grow), flush=True)
+        m = re.search(r"sent (\d+) requests, (\d+) connections closed", out)
+        if not m or int(m.group(2)) == 0:
+            fail(case, "the flood was never refused: %s" % out)
+        limit = budget if outsider else 2 * budget
+        if grow > limit:
+            fail(case, "peak RSS grew by %.0f MiB with a %d MiB budget (limit %d)" % (grow, budget, limit))
+        if outsider:
+            rank1_joins(case, p, port)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def case_waiter_bomb():
@@ -967,6 +1052,8 @@ CASES = {
     "torchrun_env": case_torchrun_env,
     "output_paths": case_output_paths,
     "store_memory": case_store_memory,
+    "store_keys": lambda: store_flood_case("store_keys", False),
+    "store_outsider": lambda: store_flood_case("store_outsider", True),
     "waiter_bomb": case_waiter_bomb,
     "mpirun_colour": case_mpirun_colour,
     "stale_slot": case_stale_slot,
@@ -987,8 +1074,12 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--attacker")
     ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--store-budget", default="64M", help="DPTP_STORE_MAX_BYTES for store_memory (in M)")
     ARGS = ap.parse_args()
+    if ARGS.attacker == "store":
+        print("attacker sent %d requests, %d connections closed" % store_flood(ARGS.port, ARGS.seconds), flush=True)
+        return 0
     if ARGS.attacker:
         return attacker(ARGS.attacker, ARGS.seconds)
     ARGS.run = os.path.abspath(ARGS.run)
