@@ -610,6 +610,12 @@ void pmix_srv_worker_exited(struct pmix_srv *s, unsigned rank, int exitcode)
 	p->exitcode = exitcode;
 }
 
+void pmix_srv_remote_pid(struct pmix_srv *s, unsigned rank, pid_t pid)
+{
+	if (s->rpids && rank < s->world)
+		s->rpids[rank] = pid;
+}
+
 static const char *const query_keys[] = {
 	PMIX_QUERY_NAMESPACES, PMIX_QUERY_JOB_STATUS, PMIX_JOB_SIZE, PMIX_QUERY_PROC_TABLE, PMIX_QUERY_LOCAL_PROC_TABLE,
 	PMIX_QUERY_SPAWN_SUPPORT, PMIX_QUERY_DEBUG_SUPPORT, PMIX_QUERY_NUM_PSETS, PMIX_QUERY_PSET_NAMES,

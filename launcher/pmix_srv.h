@@ -129,6 +129,8 @@ enum pmix_srv_client pmix_srv_client_state(const struct pmix_srv *s, unsigned ra
  * PMIX_QUERY_PROC_TABLE and PMIX_QUERY_JOB_STATUS). */
 void pmix_srv_worker_started(struct pmix_srv *s, unsigned rank, pid_t pid, const char *exe);
 void pmix_srv_worker_exited(struct pmix_srv *s, unsigned rank, int exitcode);
+/* Another node's worker (global rank) has this pid (its proc table entry). */
+void pmix_srv_remote_pid(struct pmix_srv *s, unsigned rank, pid_t pid);
 /* Delivers another node's event (a sink notify blob) to this node's
  * clients, marked so that it is not forwarded again. */
 int pmix_srv_notify_local(struct pmix_srv *s, const void *blob, size_t len);

@@ -716,6 +716,14 @@ static enum attempt_result attempt(struct job *j)
 		goto out;
 	}
 	phase("workers started");
+	if (j->xn) { /* the other nodes' proc tables list ours */
+		pid_t *pids = calloc(j->n, sizeof(*pids));
+		for (unsigned i = 0; pids && i < j->n; i++)
+			pids[i] = j->w[i].pid;
+		if (pids)
+			xnode_publish_pids(j->xn, pids, j->n);
+		free(pids);
+	}
 	j->started_once = true;
 	for (unsigned i = 0; i < j->n; i++) {
 		struct event_worker ew = worker_event(j, i);

@@ -15,7 +15,7 @@
 #include "env.h"
 #include "wire/tcpstore.h"
 
-enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT, X_HB };
+enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT, X_HB, X_PWAIT, X_PGET };
 
 struct xop {
 	int fd;
@@ -410,6 +410,27 @@ size_t xnode_pollfds(struct xnode *x, struct pollfd *pfd, size_t max)
 
 void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *data, size_t len);
 
+/* Whether o->in holds a whole MULTI_GET reply of n values: 1 (their
+ * total length in *total), 0 (more bytes needed), -EPROTO. */
+static int mget_reply(const struct xop *o, size_t n, size_t *total)
+{
+	size_t off = 0, sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (o->inlen < off + 8)
+			return 0;
+		uint64_t l = get_u64(o->in + off);
+		if (l > DPTP_TCPSTORE_MAX_VALUE)
+			return -EPROTO;
+		if (o->inlen < off + 8 + l)
+			return 0;
+		off += 8 + l;
+		sum += l;
+	}
+	if (total)
+		*total = sum;
+	return 1;
+}
+
 /* Consumes what the state needs from o->in. 1: the op is done (freed by the
  * caller), 0: more bytes needed, <0: protocol error. */
 static int advance(struct xnode *x, struct xop *o)
@@ -527,6 +548,39 @@ rewait:
 				return 0;
 			x->finish = 2;
 			return 1;
+		case X_PWAIT: /* every other node published its workers' pids */
+			if (o->inlen < 1)
+				return 0;
+			o->inlen--;
+			memmove(o->in, o->in + 1, o->inlen);
+			if (put_u8(o, DPTP_TCPSTORE_MULTI_GET) || put_u64(o, x->nnodes))
+				return -ENOMEM;
+			for (unsigned k = 0; k < x->nnodes; k++) {
+				snprintf(key, sizeof(key), "%spids/%u", x->prefix, k);
+				if (put_str(o, key, strlen(key)) < 0)
+					return -ENOMEM;
+			}
+			o->st = X_PGET;
+			break;
+		case X_PGET: {
+			size_t off = 0;
+			int got = mget_reply(o, x->nnodes, NULL);
+			if (got <= 0)
+				return got;
+			for (unsigned k = 0; k < x->nnodes; k++) {
+				uint64_t l = get_u64(o->in + off);
+				char *v = strndup((const char *)o->in + off + 8, l), *p = v, *end;
+				for (unsigned i = 0; v && k != x->me && i < x->nodes[k].nproc; i++, p = end) {
+					long pid = strtol(p, &end, 10);
+					if (end == p || pid <= 0 || pid > INT32_MAX)
+						break;
+					pmix_srv_remote_pid(x->srv, x->nodes[k].base + i, (pid_t)pid);
+				}
+				free(v);
+				off += 8 + l;
+			}
+			return 1;
+		}
 		case X_HB: {
 			double now = dptp_now();
 			if (!x->hb_waiting || o->inlen < 8 * (size_t)x->nnodes)
@@ -580,17 +634,9 @@ rewait:
 			break;
 		case X_MGET: {
 			size_t off = 0, total = 0;
-			for (size_t i = 0; i < o->ninv; i++) {
-				if (o->inlen < off + 8)
-					return 0;
-				uint64_t l = get_u64(o->in + off);
-				if (l > DPTP_TCPSTORE_MAX_VALUE)
-					return -EPROTO;
-				if (o->inlen < off + 8 + l)
-					return 0;
-				off += 8 + l;
-				total += l;
-			}
+			int got = mget_reply(o, o->ninv, &total);
+			if (got <= 0)
+				return got;
 			/* concatenate in place */
 			uint8_t *cat = malloc(total ? total : 1);
 			if (!cat)
@@ -829,6 +875,42 @@ void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *d
 	}
 	free(v);
 	free(t);
+}
+
+void xnode_publish_pids(struct xnode *x, const pid_t *pids, unsigned n)
+{
+	char key[192], *v = malloc((size_t)n * 12 + 1);
+	struct xop *o;
+	size_t off = 0;
+	if (!x || !x->serve || !v) {
+		free(v);
+		return;
+	}
+	v[0] = '\0';
+	for (unsigned i = 0; i < n; i++)
+		off += (size_t)snprintf(v + off, (size_t)n * 12 + 1 - off, "%s%d", i ? " " : "", (int)pids[i]);
+	snprintf(key, sizeof(key), "%spids/%u", x->prefix, x->me);
+	/* SET has no reply: it can follow the pending WAIT on the queue */
+	if (frame_set(x->serve, key, v, off) < 0)
+		xlog("out of memory publishing this node's pids");
+	free(v);
+	o = op_new(x, 0);
+	if (!o)
+		return;
+	if (put_u8(o, DPTP_TCPSTORE_WAIT) || put_u64(o, x->nnodes)) {
+		x->nops--;
+		op_free(o);
+		return;
+	}
+	for (unsigned k = 0; k < x->nnodes; k++) {
+		snprintf(key, sizeof(key), "%spids/%u", x->prefix, k);
+		if (put_str(o, key, strlen(key)) < 0) {
+			x->nops--;
+			op_free(o);
+			return;
+		}
+	}
+	o->st = X_PWAIT;
 }
 
 void xnode_finish(struct xnode *x, double timeout)

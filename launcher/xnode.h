@@ -31,6 +31,7 @@
 #include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "pmix_srv.h"
 #include "rendezvous.h"
@@ -62,6 +63,10 @@ void xnode_dmodex(struct xnode *x, struct pmix_srv_dmodex *d);
 void xnode_notify(struct xnode *x, const void *blob, size_t len);
 /* This server's answer to a request xnode popped (token from it). */
 void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *data, size_t len);
+/* This node's workers' pids (n, rank order), for the other nodes' proc
+ * tables; the other nodes' come back into the server as they publish
+ * (pmix_srv_remote_pid). */
+void xnode_publish_pids(struct xnode *x, const pid_t *pids, unsigned n);
 /* This node's workers all exited 0: ADDs <prefix>workers_done/count; the
  * last node SETs .../all. Until xnode_finished(), the loop keeps serving
  * direct-modex requests for the other nodes (their workers may still read

@@ -31,7 +31,8 @@ directory; the MPI cases exit 77 (skipped) without mpicc or mpirun. Cases:
   pmix-MODE   pmix_cases MODE (our own PMIx clients: hello, client, dmodex,
               nodeinfo, jctrl, log, query, dynamic, event) under dptp-run;
               pmix-gds: PMIX_MCA_gds settings; pmix-twonode_event: an event
-              across two dptp-run nodes"""
+              across two dptp-run nodes; pmix-twonode_query: the whole job's
+              process table on each of two nodes"""
 import os
 import shutil
 import signal
@@ -234,15 +235,18 @@ def free_port():
     return port
 
 
-def pmix_twonode_event():
-    """two dptp-runs on loopback (nodes 0 and 1, 2 ranks each): rank 0's
-    job-wide event reaches the ranks of node 1 too"""
+def pmix_twonode(mode):
+    """two dptp-runs on loopback (nodes 0 and 1, 2 ranks each, DPTP_HOSTNAME
+    node0/node1): event: rank 0's job-wide event reaches the ranks of node 1
+    too; query: every rank's process table lists the whole job (pids from
+    both nodes, each rank's node by name)"""
     for attempt in range(3):  # the port picked here may be taken meanwhile
         port = free_port()
         common = [RUN, "--nnodes=2", "--master-addr=127.0.0.1", "--master-port=%d" % port, "--nproc-per-node=2",
                   "--rdzv-conf=timeout=60"]
         env = dict(base_env(), PET_MASTER_PORT=str(port))
-        ps = [subprocess.Popen(common + ["--node-rank=%d" % k, "--no-python", PMIX_CASES, "event"], env=env,
+        ps = [subprocess.Popen(common + ["--node-rank=%d" % k, "--no-python", PMIX_CASES, mode],
+                               env=dict(env, DPTP_HOSTNAME="node%d" % k),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in (0, 1)]
         res = []
         for p in ps:
@@ -255,9 +259,12 @@ def pmix_twonode_event():
         if any("Address already in use" in e for _, e, _ in res):
             continue
         out = "".join(o for o, _, _ in res)
-        check(all(rc == 0 for _, _, rc in res) and sorted(lines(out)) == ["event ok rank %d" % r for r in range(4)],
-              "2-node event: %s\n%s" % ([rc for _, _, rc in res], "".join(o + e[-2000:] for o, e, _ in res)))
-        print("ok pmix twonode_event")
+        want = ["%s ok rank %d" % (mode, r) for r in range(4)]
+        if mode == "query":
+            want += ["query hosts rank %d: node0 node0 node1 node1" % r for r in range(4)]
+        check(all(rc == 0 for _, _, rc in res) and sorted(lines(out)) == sorted(want),
+              "2-node %s: %s\n%s" % (mode, [rc for _, _, rc in res], "".join(o + e[-2000:] for o, e, _ in res)))
+        print("ok pmix twonode_" + mode)
         return
     check(False, "no free port for the 2-node job")
 
@@ -379,8 +386,8 @@ def case_nodeloss(exe):
 def pmix_case(mode):
     if mode == "gds":
         return pmix_gds()
-    if mode == "twonode_event":
-        return pmix_twonode_event()
+    if mode.startswith("twonode_"):
+        return pmix_twonode(mode[len("twonode_"):])
     extra = []
     tmp = None
     if mode == "jctrl":

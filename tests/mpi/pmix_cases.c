@@ -20,6 +20,7 @@
  * Prints "<mode> ok rank R" on success; on a failed check an error on
  * stderr and exit 1 (after PMIx_Finalize). */
 #include <pmix.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,13 +260,27 @@ static void mode_query(const char *arg)
 	pmix_status_t rc;
 	const pmix_info_t *i;
 	const char *keys[] = {PMIX_QUERY_NAMESPACES, PMIX_QUERY_PROC_TABLE, PMIX_QUERY_SPAWN_SUPPORT, PMIX_QUERY_JOB_STATUS};
+	const char *host = getenv("DPTP_HOSTNAME");
 	PMIX_QUERY_CREATE(q, 1);
 	q[0].keys = calloc(5, sizeof(char *));
 	for (size_t k = 0; q[0].keys && k < 4; k++)
 		q[0].keys[k] = strdup(keys[k]);
-	rc = PMIx_Query_info(q, 1, &res, &nres);
-	if (rc != PMIX_SUCCESS)
-		FAIL("query: %s", PMIx_Error_string(rc));
+	/* every rank runs once all passed a fence; the other nodes' pids reach
+	 * this node's launcher moments after theirs started (up to 5 s here) */
+	fence_all(false);
+	for (int tries = 0;; tries++) {
+		rc = PMIx_Query_info(q, 1, &res, &nres);
+		if (rc != PMIX_SUCCESS)
+			FAIL("query: %s", PMIx_Error_string(rc));
+		i = find(res, nres, PMIX_QUERY_PROC_TABLE);
+		bool all = i && i->value.type == PMIX_DATA_ARRAY && i->value.data.darray->type == PMIX_PROC_INFO;
+		for (size_t r = 0; all && r < i->value.data.darray->size; r++)
+			all = ((pmix_proc_info_t *)i->value.data.darray->array)[r].pid > 0;
+		if (all || tries == 50)
+			break;
+		PMIX_INFO_FREE(res, nres);
+		usleep(100000);
+	}
 	if (!(i = find(res, nres, PMIX_QUERY_NAMESPACES)) || i->value.type != PMIX_STRING ||
 	    strcmp(i->value.data.string, me.nspace))
 		FAIL("namespaces: want '%s'", me.nspace);
@@ -282,6 +297,13 @@ static void mode_query(const char *arg)
 		    pi[r].state != PMIX_PROC_STATE_RUNNING)
 			FAIL("process table entry %u: rank %u pid %d state %d", r, pi[r].proc.rank, (int)pi[r].pid,
 				(int)pi[r].state);
+	/* the node's name as the job knows it, and every rank's host listed */
+	if (host && *host && (!pi[me.rank].hostname || strcmp(pi[me.rank].hostname, host)))
+		FAIL("process table: own host '%s', want DPTP_HOSTNAME '%s'", pi[me.rank].hostname, host);
+	printf("query hosts rank %u:", me.rank);
+	for (uint32_t r = 0; r < size; r++)
+		printf(" %s", pi[r].hostname ? pi[r].hostname : "?");
+	printf("\n");
 	PMIX_INFO_FREE(res, nres);
 	PMIX_QUERY_FREE(q, 1);
 	fence_all(false); /* every rank alive while the others ask */
