@@ -21,6 +21,8 @@ directory; the MPI cases exit 77 (skipped) without mpicc or mpirun. Cases:
               allreduce, split and MPI-IO print what one mpirun job of 4
               ranks prints (hello and alltoall twice); the Open MPI
               variables, universe size and session directory as mpirun's
+  c10d_regroup  c10d 1:2: node 0 alone runs 2 MPI ranks; node 1 joins,
+              the next round is one MPI job of 4 over both nodes
   nodeloss    two static nodes; SIGKILL of node 1's launcher, then of node
               0's (the store host), SIGTERM of node 1's, with MPI ranks
               blocked in a receive and with plain workers: the other node
@@ -357,6 +359,33 @@ def case_twonode_static(exe):
 
 def case_twonode_c10d(exe):
     twonode(exe, "c10d")
+
+
+def case_c10d_regroup(exe):
+    """c10d --nnodes 1:2: node 0 alone runs an MPI job of 2 ranks (blocked
+    in a receive); node 1 joins, node 0 stops its workers for the next
+    round, and the round of both nodes is one MPI job of 4 (a new PMIx
+    namespace, registered on both): hello 0/4..3/4"""
+    port = free_port()
+    conf = "last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=3"
+    worker = 'if [ "$GROUP_WORLD_SIZE" = 1 ]; then exec "$0" wait; else exec "$0" hello; fi'
+    env = dict(base_env(), **TWO_ENV)
+    ps = []
+    for k in (0, 1):
+        ps.append(subprocess.Popen([RUN, "--nnodes=1:2", "--nproc-per-node=2", "--no-python", "--rdzv-backend=c10d",
+                                    "--rdzv-endpoint=127.0.0.1:%d" % port, "--rdzv-id=rg%d" % port,
+                                    "--rdzv-conf=" + conf + ",is_host=%d" % (k == 0), "sh", "-c", worker, exe],
+                                   env=dict(env, DPTP_HOSTNAME="node%d" % k), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True))
+        if k == 0:
+            first = wait_lines(ps, 2)[0]  # node 0's world of 2 is up
+    res = finish(ps)
+    out = first + "".join(o for _, o, _ in res)
+    check(all(rc == 0 for rc, _, _ in res), "exits %s\n%s" % ([rc for rc, _, _ in res],
+          "".join(e[-2500:] for _, _, e in res)))
+    hello = sorted(l for l in out.splitlines() if l.startswith("hello"))
+    check(hello == ["hello %d/4" % r for r in range(4)], "the second round is not one job of 4:\n" + out)
+    print("ok c10d_regroup: %s" % hello)
 
 
 def case_nodeloss(exe):
