@@ -1,6 +1,7 @@
 /* --bench: the fused kernel against NCCL allreduce + a separate residual /
  * RMSNorm, over a token sweep; a table and JSON (cuda feature). */
 #include "bench.h"
+#include "sweep.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -224,17 +225,7 @@ int dptp_check_bench(const struct dptp_options *o, struct dptp_ctx *c, struct dp
 			.backend = "cuda", .bootstrap = b->ops->name, .engine = b->engine, .seed = o->seed,
 			.nbench = nrows, .bench = rows,
 		};
-		if (o->output) {
-			if (dptp_report_write_file(&rep, o->format, o->output, &err) < 0) {
-				fprintf(stderr, "dptp-check: %s\n", err.msg);
-				code = EXIT_ENV;
-			}
-			if (o->format != DPTP_FORMAT_TEXT)
-				dptp_report_write_text(&rep, stdout, false, o->verbose);
-		} else {
-			dptp_report_write(&rep, o->format, stdout, false, o->verbose);
-		}
-		fflush(stdout);
+		code = dptp_cli_write_report(o, &rep, code, false);
 	}
 	free(rows);
 	c->x.deadline = dptp_now() + 5;

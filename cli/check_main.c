@@ -98,6 +98,23 @@ int dptp_cli_share_verdict(struct dptp_bootstrap *b, int code, bool broken, doub
 	return shared;
 }
 
+int dptp_cli_write_report(const struct dptp_options *o, const struct dptp_report *rep, int code, bool colour)
+{
+	struct dptp_err err = {0};
+	if (o->output) {
+		if (dptp_report_write_file(rep, o->format, o->output, &err) < 0) {
+			fprintf(stderr, "dptp-check: %s\n", err.msg);
+			code = EXIT_ENV;
+		}
+		if (o->format != DPTP_FORMAT_TEXT)
+			dptp_report_write_text(rep, stdout, colour, o->verbose);
+	} else {
+		dptp_report_write(rep, o->format, stdout, colour && o->format == DPTP_FORMAT_TEXT, o->verbose);
+	}
+	fflush(stdout);
+	return code;
+}
+
 /* The mechanism each check tests, named beside a failure in JSON. */
 void dptp_cli_fill_mech(struct dptp_report *rep)
 {
@@ -106,6 +123,78 @@ void dptp_cli_fill_mech(struct dptp_report *rep)
 			int id = dptp_check_lookup(rep->replicas[d].checks[k].name);
 			rep->replicas[d].checks[k].mech = id >= 0 ? dptp_checks[id]->mech : NULL;
 		}
+}
+
+/* The selected checks' results when the start-up (learning the peers,
+ * the data plane) failed on this rank: not run, `timeout` or `error`. */
+static size_t startup_results(const struct dptp_options *o, int rc, const struct dptp_err *err,
+			      struct dptp_check_result *res)
+{
+	size_t nres = 0;
+	for (int i = 0; i < dptp_nchecks; i++)
+		if (o->checks & (1u << i)) {
+			struct dptp_check_result *r = &res[nres++];
+			snprintf(r->name, sizeof(r->name), "%s", dptp_checks[i]->name);
+			dptp_result_set(r, rc == -ETIMEDOUT ? DPTP_TIMEOUT : DPTP_ERROR, "not run: start-up %s: %s",
+					rc == -ETIMEDOUT ? "timed out" : "failed", err->msg);
+		}
+	return nres;
+}
+
+/* Rank 0, after a failed start-up: the ranks that never reported, named
+ * first in every (replica, check)'s detail (JUnit's message attribute
+ * keeps 200 characters). */
+static void note_missing(struct dptp_report *rep, const char *why)
+{
+	for (size_t d = 0; d < rep->nreplicas; d++)
+		for (size_t k = 0; k < rep->replicas[d].nchecks; k++) {
+			struct dptp_check_result *r = &rep->replicas[d].checks[k];
+			char *old = r->detail;
+			r->detail = NULL;
+			dptp_result_set(r, r->status, "start-up: %s%s%s", why, old && *old ? "; " : "", old ? old : "");
+			free(old);
+		}
+}
+
+/* Gathers every rank's results res[nres] to rank 0, which writes the
+ * report (--output, stdout); a rank that lost lockstep (broken) waits only
+ * briefly. Returns the exit code, the same on every rank. */
+static int report_and_verdict(const struct dptp_options *o, struct dptp_bootstrap *b,
+			      const struct dptp_layout *l, bool cuda, const struct dptp_check_result *res,
+			      size_t nres, double gather_timeout, bool broken, bool startup)
+{
+	struct dptp_err err = {0};
+	struct dptp_report rep = {
+		.tool = "dptp-check", .version = DPTP_VERSION,
+		.world = l->world, .dp = l->dp, .pp = l->pp, .tp = l->tp,
+		.backend = cuda ? "cuda" : "host", .bootstrap = b->ops->name, .engine = b->engine, .seed = o->seed,
+	};
+	const char *inject[DPTP_NFAULTS];
+	for (int f = 0; f < DPTP_NFAULTS; f++)
+		if (dptp_fault_on(o->inject, f))
+			inject[rep.ninject++] = dptp_faults[f].name;
+	rep.inject = inject;
+	int grc = dptp_gather_results(b, l, res, nres, gather_timeout, &rep, &err);
+	if (grc < 0)
+		fprintf(stderr, "dptp-check: rank %d: gathering the results: %s\n", b->rank, err.msg);
+	dptp_cli_fill_mech(&rep);
+	enum dptp_status worst = DPTP_PASS;
+	for (size_t k = 0; k < nres; k++)
+		worst = k ? dptp_status_worst(worst, res[k].status) : res[k].status;
+	int code = status_exit(worst);
+	if (b->rank == 0) {
+		if (startup && grc == -ETIMEDOUT)
+			note_missing(&rep, err.msg);
+		worst = dptp_report_worst(&rep);
+		/* a report that could not be built whole is no verdict on what it lacks */
+		if (grc < 0 && grc != -ETIMEDOUT && grc != -EPROTO)
+			worst = dptp_status_worst(worst, DPTP_ERROR);
+		code = dptp_cli_write_report(o, &rep, status_exit(worst), dptp_use_colour(STDOUT_FILENO));
+	}
+	dptp_report_release(&rep);
+	/* the verdict is the same on every rank; longer than rank 0 may spend
+	 * gathering, so that it has written */
+	return dptp_cli_share_verdict(b, code, broken, gather_timeout + (broken ? 1.0 : 5.0));
 }
 
 int dptp_check_main(int argc, char **argv)
@@ -172,13 +261,29 @@ int dptp_check_main(int argc, char **argv)
 			fprintf(stderr, "dptp-check: %s\n", err.msg);
 		else if (!usage)
 			fprintf(stderr, "dptp-check: rank %d: %s\n", b->rank, err.msg);
-		/* no rank leaves before rank 0 has said why (a launcher tears
-		 * the job down at the first exit) */
-		if (usage)
+		int code = usage ? EXIT_USAGE : (rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV);
+		bool stuck = c.x.broken;
+		if (usage) {
+			/* no rank leaves before rank 0 has said why (a launcher
+			 * tears the job down at the first exit) */
 			dptp_cli_share_verdict(b, EXIT_USAGE, false, 5);
+		} else if (!o.bench) {
+			/* the report still comes: every (replica, check) not run,
+			 * and the ranks that never reported named; the others
+			 * reach their own deadline about now */
+			struct dptp_check_result res[DPTP_MAX_CHECKS];
+			memset(res, 0, sizeof(res));
+			size_t nres = startup_results(&o, rc, &err, res);
+			code = report_and_verdict(&o, b, &c.layout, cuda, res, nres, o.timeout < 2 ? o.timeout : 2,
+						  stuck, true);
+			for (size_t k = 0; k < nres; k++)
+				free(res[k].detail);
+		}
 		dptp_ctx_release(&c);
+		if (stuck)
+			_exit(code); /* a fence is still pending in PMIx: don't wait for it */
 		dptp_bootstrap_destroy(b);
-		return usage ? EXIT_USAGE : (rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV);
+		return code;
 	}
 	if (o.bench)
 		return dptp_check_bench(&o, &c, b);
@@ -190,46 +295,11 @@ int dptp_check_main(int argc, char **argv)
 
 	/* gather to rank 0 and write the report; a rank that lost lockstep
 	 * only waits briefly, so the job still ends within the timeout */
-	struct dptp_report rep = {
-		.tool = "dptp-check", .version = DPTP_VERSION,
-		.world = c.layout.world, .dp = c.layout.dp, .pp = c.layout.pp, .tp = c.layout.tp,
-		.backend = cuda ? "cuda" : "host", .bootstrap = b->ops->name, .engine = b->engine, .seed = o.seed,
-	};
-	const char *inject[DPTP_NFAULTS];
-	for (int f = 0; f < DPTP_NFAULTS; f++)
-		if (dptp_fault_on(o.inject, f))
-			inject[rep.ninject++] = dptp_faults[f].name;
-	rep.inject = inject;
-	double gather_timeout = c.x.broken ? 0.3 : o.timeout;
-	rc = dptp_gather_results(b, &c.layout, res, nres, gather_timeout, &rep, &err);
-	dptp_cli_fill_mech(&rep);
-	int code;
-	enum dptp_status worst = DPTP_PASS;
-	for (size_t k = 0; k < nres; k++)
-		worst = k ? dptp_status_worst(worst, res[k].status) : res[k].status;
-	code = status_exit(worst);
-	if (c.rank == 0) {
-		code = dptp_report_exit_code(&rep);
-		bool tty = dptp_use_colour(STDOUT_FILENO);
-		if (o.output) {
-			if (dptp_report_write_file(&rep, o.format, o.output, &err) < 0) {
-				fprintf(stderr, "dptp-check: %s\n", err.msg);
-				code = EXIT_ENV;
-			}
-			if (o.format != DPTP_FORMAT_TEXT)
-				dptp_report_write_text(&rep, stdout, tty, o.verbose);
-		} else {
-			dptp_report_write(&rep, o.format, stdout, tty && o.format == DPTP_FORMAT_TEXT, o.verbose);
-		}
-		fflush(stdout);
-	}
-	/* the verdict is the same on every rank; longer than rank 0 may spend
-	 * gathering, so that it has written */
 	bool was_broken = c.x.broken;
-	code = dptp_cli_share_verdict(b, code, was_broken, gather_timeout + (was_broken ? 1.0 : 5.0));
+	int code = report_and_verdict(&o, b, &c.layout, cuda, res, nres, was_broken ? 0.3 : o.timeout, was_broken,
+				      false);
 	for (size_t k = 0; k < nres; k++)
 		free(res[k].detail);
-	dptp_report_release(&rep);
 	bool stuck = was_broken;
 	dptp_ctx_release(&c);
 	if (stuck)

@@ -252,6 +252,12 @@ static int split_reports(struct sweep *w, const struct dptp_report *all, const s
 			 const struct dptp_options *o, const struct dptp_params *p)
 {
 	int world = b->size;
+	/* a gather that ran out of memory leaves rows short or missing */
+	if (all->nreplicas != (size_t)world)
+		return -ENOMEM;
+	for (int q = 0; q < world; q++)
+		if (all->replicas[q].nchecks != (size_t)w->n * w->nsel)
+			return -ENOMEM;
 	struct dptp_check_result **rows = calloc((size_t)world, sizeof(*rows));
 	w->reps = calloc((size_t)w->n, sizeof(*w->reps));
 	if (!rows || !w->reps) {
@@ -362,6 +368,8 @@ int dptp_check_sweep(const struct dptp_options *o, struct dptp_bootstrap *b, con
 	struct dptp_report all = { .backend = p.cuda ? "cuda" : "host" };
 	double gather_timeout = broken ? 0.3 : o->timeout;
 	int grc = dptp_gather_results(b, &single, res, (size_t)w.n * w.nsel, gather_timeout, &all, &err);
+	if (grc < 0)
+		fprintf(stderr, "dptp-check: rank %d: gathering the results: %s\n", b->rank, err.msg);
 	if (b->rank == 0) {
 		if (split_reports(&w, &all, b, o, &p) < 0) {
 			fprintf(stderr, "dptp-check: out of memory writing the report\n");
@@ -370,6 +378,9 @@ int dptp_check_sweep(const struct dptp_options *o, struct dptp_bootstrap *b, con
 			enum dptp_status worst = DPTP_PASS;
 			for (int i = 0; i < w.n; i++)
 				worst = dptp_status_worst(worst, dptp_report_worst(&w.reps[i]));
+			/* a report that could not be built whole is no verdict on what it lacks */
+			if (grc < 0 && grc != -ETIMEDOUT && grc != -EPROTO)
+				worst = dptp_status_worst(worst, DPTP_ERROR);
 			int rcode = worst == DPTP_FAIL ? EXIT_FAIL : worst == DPTP_TIMEOUT ? EXIT_TIMEOUT
 				    : worst == DPTP_ERROR ? EXIT_ENV : EXIT_PASS;
 			if (code == EXIT_PASS || rcode == EXIT_TIMEOUT)
@@ -387,7 +398,6 @@ int dptp_check_sweep(const struct dptp_options *o, struct dptp_bootstrap *b, con
 			}
 			fflush(stdout);
 		}
-		(void)grc;
 	}
 	code = dptp_cli_share_verdict(b, code, broken, gather_timeout + (broken ? 1.0 : 5.0));
 	for (size_t k = 0; k < (size_t)w.n * w.nsel; k++)

@@ -128,6 +128,16 @@ static void rank_env(int rank, const char *run_id)
 	unsetenv("DPTP_HOSTNAME");
 }
 
+/* The rank whose every copy to or from the data plane fails (-EIO,
+ * nothing copied), as a device copy can; -1: none. */
+static int copy_fail_rank = -1;
+static struct dptp_comm_ops failing_ops;
+
+static int failing_copy(struct dptp_comm *c, void *dst, const void *src, size_t bytes)
+{
+	return -EIO;
+}
+
 /* One rank of the job: writes (rank 0) 2 x nchecks status bytes to fd. */
 static int rank_main(int rank, const char *run_id, dptp_fault_set faults, uint64_t seed, int fd)
 {
@@ -144,6 +154,12 @@ static int rank_main(int rank, const char *run_id, dptp_fault_set faults, uint64
 	if (dptp_ctx_init(&c, b, &p, &err) < 0) {
 		fprintf(stderr, "rank %d: %s\n", rank, err.msg);
 		return 3;
+	}
+	if (rank == copy_fail_rank) {
+		failing_ops = *c.comm->ops;
+		failing_ops.upload = failing_copy;
+		failing_ops.download = failing_copy;
+		c.comm->ops = &failing_ops;
 	}
 	struct dptp_check_result res[DPTP_MAX_CHECKS];
 	memset(res, 0, sizeof(res));
@@ -182,7 +198,8 @@ static void run_job(const char *fault, enum dptp_status st[2][DPTP_MAX_CHECKS])
 	dptp_fault_set faults = 0;
 	assert_int_equal(dptp_fault_parse(fault, &faults, &err), 0);
 	char run_id[64];
-	snprintf(run_id, sizeof(run_id), "dp2tp2-%s-%ld", fault, (long)getpid());
+	snprintf(run_id, sizeof(run_id), "dp2tp2-%s%s-%ld", fault, copy_fail_rank >= 0 ? "-copy-fails" : "",
+		 (long)getpid());
 	/* a seed of this job's own: under opid-seeded the opIds come from it,
 	 * and another test job at the same time with the same seed would
 	 * squat the socket names (an `error`, rightly) */
@@ -256,6 +273,95 @@ static void test_outcome_table(void **state)
 	print_message("%zu jobs of 4 ranks in %.2f s\n", sizeof(table) / sizeof(table[0]), dptp_now() - t0);
 }
 
+/* Rank 2's copies to and from the data plane fail: the broadcast,
+ * dispatch and reduce-span checks, which compare what came through the
+ * data plane, are
+ * `error` on both replicas (rank 2, as a root, sent its group garbage;
+ * replica 1's tokens reached replica 0 the same way), never a bug-like
+ * `fail`; no check fails. */
+static void test_failed_copy(void **state)
+{
+	enum dptp_status st[2][DPTP_MAX_CHECKS];
+	copy_fail_rank = 2;
+	run_job("none", st);
+	copy_fail_rank = -1;
+	for (int k = 0; k < dptp_nchecks; k++) {
+		const char *name = dptp_checks[k]->name;
+		bool compares = strcmp(name, "broadcast") == 0 || strcmp(name, "dispatch") == 0 ||
+				strcmp(name, "reduce-span") == 0;
+		for (int d = 0; d < 2; d++)
+			if (compares ? st[d][k] != DPTP_ERROR : st[d][k] == DPTP_FAIL)
+				fail_msg("a failed copy on rank 2: %s on replica %d is %s, want %s", name, d,
+					 dptp_status_name(st[d][k]), compares ? "error" : "anything but fail");
+	}
+}
+
+/* Gathering on DP4: rank 1 reports, rank 2 publishes results that cannot
+ * be read, rank 3 none. Rank 0's report says which: replica 2 `error`,
+ * replica 3 `timeout`, and the error names both ranks. Rank 0 exits 0 when
+ * it saw that. */
+static int gather_main(int rank, const char *run_id)
+{
+	rank_env(rank, run_id);
+	struct dptp_err err = {0};
+	struct dptp_bootstrap *b = NULL;
+	if (dptp_bootstrap_create(&b, 30, &err) < 0)
+		return 3;
+	struct dptp_layout l;
+	dptp_layout_init(&l, 4, 4, 1, 1, NULL);
+	struct dptp_check_result res[1] = { { .name = "broadcast", .status = DPTP_PASS, .detail = (char *)"ok" } };
+	struct dptp_report rep = {0};
+	int rc = 0;
+	if (rank == 2)
+		rc = dptp_bootstrap_publish(b, "dptp.results", "junk", 4, &err);
+	else if (rank < 2)
+		rc = dptp_gather_results(b, &l, res, 1, 1.0, &rep, &err);
+	if (rank == 0) {
+		const char *want = "1 of 4 ranks never reported: 3; results that could not be read from rank 2";
+		if (rc != -ETIMEDOUT || strcmp(err.msg, want) != 0 || rep.nreplicas != 4 ||
+		    rep.replicas[1].checks[0].status != DPTP_PASS || rep.replicas[2].checks[0].status != DPTP_ERROR ||
+		    rep.replicas[3].checks[0].status != DPTP_TIMEOUT ||
+		    !strstr(rep.replicas[2].checks[0].detail, "rank 2: this rank's results could not be read")) {
+			fprintf(stderr, "gather: %d '%s', %zu replicas, rank 2: %s\n", rc, err.msg, rep.nreplicas,
+				rep.nreplicas == 4 ? rep.replicas[2].checks[0].detail : "");
+			rc = -EPROTO;
+		} else {
+			rc = 0;
+		}
+	}
+	dptp_report_release(&rep);
+	dptp_bootstrap_destroy(b);
+	return rc < 0 ? 1 : 0;
+}
+
+/* Forks the four ranks of a job named "<name>-<pid>"; each must exit 0. */
+static void run_ranks(int (*rank_fn)(int rank, const char *run_id), const char *name)
+{
+	char run_id[64];
+	snprintf(run_id, sizeof(run_id), "%s-%ld", name, (long)getpid());
+	pid_t pids[WORLD];
+	for (int r = 0; r < WORLD; r++) {
+		pids[r] = fork();
+		assert_true(pids[r] >= 0);
+		if (pids[r] == 0) {
+			alarm(60);
+			_exit(rank_fn(r, run_id));
+		}
+	}
+	for (int r = 0; r < WORLD; r++) {
+		int ws = 0;
+		assert_int_equal(waitpid(pids[r], &ws, 0), pids[r]);
+		if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+			fail_msg("%s: rank %d: %s %d", name, r, WIFEXITED(ws) ? "exit" : "signal",
+				 WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+	}
+}
+
+static void test_gather_losses(void **state)
+{
+	run_ranks(gather_main, "gather");
+}
+
 /* A rank that never enters a host-plane collective: the others' round
  * ends at the deadline, -ETIMEDOUT naming the missing rank, and later
  * collectives are not attempted. Rank r exits with 0 when it saw that. */
@@ -299,24 +405,7 @@ static int stall_main(int rank, const char *run_id)
 
 static void test_stalled_rank(void **state)
 {
-	char run_id[64];
-	snprintf(run_id, sizeof(run_id), "stall-%ld", (long)getpid());
-	pid_t pids[WORLD];
-	for (int r = 0; r < WORLD; r++) {
-		pids[r] = fork();
-		assert_true(pids[r] >= 0);
-		if (pids[r] == 0) {
-			alarm(60);
-			_exit(stall_main(r, run_id));
-		}
-	}
-	for (int r = 0; r < WORLD; r++) {
-		int ws = 0;
-		assert_int_equal(waitpid(pids[r], &ws, 0), pids[r]);
-		if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
-			fail_msg("rank %d: %s %d", r, WIFEXITED(ws) ? "exit" : "signal",
-				 WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
-	}
+	run_ranks(stall_main, "stall");
 }
 
 int main(void)
@@ -324,6 +413,8 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_outcome_table),
+		cmocka_unit_test(test_failed_copy),
+		cmocka_unit_test(test_gather_losses),
 		cmocka_unit_test(test_stalled_rank),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -670,8 +670,15 @@ static void test_summary_and_exit_code(void **state)
 {
 	struct dptp_report r;
 	memset(&r, 0, sizeof(r));
-	assert_int_equal(dptp_report_worst(&r), DPTP_PASS);
-	assert_int_equal(dptp_report_exit_code(&r), 0);
+	/* nothing checked (results lost on the way) is no pass */
+	assert_int_equal(dptp_report_worst(&r), DPTP_ERROR);
+	assert_int_equal(dptp_report_exit_code(&r), 3);
+	struct dptp_replica_result none = { .dp = 0, .status = DPTP_PASS };
+	r.nreplicas = 1;
+	r.replicas = &none;
+	assert_int_equal(dptp_report_exit_code(&r), 3);
+	r.nreplicas = 0;
+	r.replicas = NULL;
 
 	fill(&r, false, NULL, 0, mixed);
 	struct dptp_summary s = dptp_report_summary(&r);

@@ -25,6 +25,7 @@ struct round {
 	const struct dptp_group *g;
 	int root, want;
 	int orc, brc;                  /* object and buffer broadcast */
+	int crc;                       /* the copies to and from the data plane */
 	struct dptp_err oerr, berr;
 	struct stamp got;
 	uint32_t words[DATA_WORDS];
@@ -85,12 +86,20 @@ static void broadcast_run(struct dptp_ctx *c, void *state, int round, struct dpt
 		/* data plane: a buffer whose every word names the root */
 		for (int i = 0; i < DATA_WORDS; i++)
 			o->words[i] = c->rank == o->want ? word_of(c, o, i) : 0xdeadbeefu;
-		c->comm->ops->upload(c->comm, s->data, o->words, sizeof(o->words));
+		/* the broadcast is collective: made whatever the upload said */
+		o->crc = c->comm->ops->upload(c->comm, s->data, o->words, sizeof(o->words));
 		o->brc = dptp_xchg_bcast_buf(&c->x, c->comm, o->g, o->root, s->data, sizeof(o->words),
 					     &o->berr);
-		if (o->brc == 0)
-			c->comm->ops->download(c->comm, o->words, s->data, sizeof(o->words));
+		if (o->brc == 0 && o->crc == 0)
+			o->crc = c->comm->ops->download(c->comm, o->words, s->data, sizeof(o->words));
 	}
+	/* a root whose upload failed sent garbage to its group: every rank
+	 * learns of a failed copy, and none calls what it got a finding */
+	int crc = 0;
+	for (int k = 0; k < s->n && crc == 0; k++)
+		crc = s->rounds[k].crc;
+	dptp_check_share_outcome(c, crc, NULL, "copying a broadcast buffer to or from the device", "no verdict",
+				 "copy a broadcast buffer to or from its device", res);
 }
 
 static void broadcast_verify(struct dptp_ctx *c, void *state, int round, struct dptp_check_result *res)
@@ -118,6 +127,8 @@ static void broadcast_verify(struct dptp_ctx *c, void *state, int round, struct 
 			dptp_result_fail(res, DPTP_FAIL, o->brc, &o->berr, what);
 			continue;
 		}
+		if (o->crc < 0)
+			continue; /* no broadcast in the buffer: run made the result `error` */
 		for (int i = 0; i < DATA_WORDS; i++)
 			if (o->words[i] != word_of(c, o, i)) {
 				if (res->status < DPTP_FAIL)

@@ -22,23 +22,25 @@ const char *dptp_check_name(int id)
 	return id >= 0 && id < dptp_nchecks ? dptp_checks[id]->name : NULL;
 }
 
-/* Lockstep sharing of the preparation: every rank learns whether any rank
- * failed, so that all of them run or none does. */
-static void share_prepare(struct dptp_ctx *c, int prc, const struct dptp_err *perr,
-			  struct dptp_check_result *res)
+void dptp_check_share_outcome(struct dptp_ctx *c, int rc, const struct dptp_err *err, const char *what,
+			      const char *lead, const char *could_not, struct dptp_check_result *res)
 {
-	struct dptp_err err = {0};
-	int32_t mine = prc < 0 ? prc : 0;
+	struct dptp_err xerr = {0};
+	int32_t mine = rc < 0 ? rc : 0;
 	int32_t *all = calloc((size_t)c->layout.world, sizeof(int32_t));
-	int rc = all ? dptp_xchg_allgather(&c->x, &c->world, &mine, sizeof(mine), all, &err) : -ENOMEM;
-	if (prc < 0)
-		dptp_result_fail(res, DPTP_ERROR, prc, perr, "preparing the inputs");
-	else if (rc < 0)
-		dptp_result_fail(res, DPTP_ERROR, rc, &err, "sharing the preparation");
-	for (int r = 0; rc == 0 && prc == 0 && r < c->layout.world; r++)
+	int xrc = all ? dptp_xchg_allgather(&c->x, &c->world, &mine, sizeof(mine), all, &xerr) : -ENOMEM;
+	if (rc < 0) {
+		dptp_result_fail(res, DPTP_ERROR, rc, err, what);
+	} else if (xrc < 0) {
+		char w[128];
+		snprintf(w, sizeof(w), "sharing the outcome of %s", what);
+		dptp_result_fail(res, DPTP_ERROR, xrc, &xerr, w);
+	}
+	for (int r = 0; rc == 0 && xrc == 0 && r < c->layout.world; r++)
 		if (all[r] < 0) {
-			dptp_result_set(res, DPTP_ERROR, "not run: global rank %d could not prepare its inputs (%s)",
-					r, strerror(-all[r]));
+			/* replaces any verdict: what this rank compared is no exchange */
+			dptp_result_set(res, DPTP_ERROR, "%s: global rank %d could not %s (%s)", lead, r, could_not,
+					strerror(-all[r]));
 			break;
 		}
 	free(all);
@@ -69,7 +71,7 @@ void dptp_check_run(const struct dptp_check *k, struct dptp_ctx *c, double timeo
 	else if (k->prepare)
 		prc = k->prepare(c, state, &err);
 	if (k->prepare || prc < 0)
-		share_prepare(c, prc, &err, res);
+		dptp_check_share_outcome(c, prc, &err, "preparing the inputs", "not run", "prepare its inputs", res);
 	int rounds = k->rounds > 0 ? k->rounds : 1;
 	for (int round = 0; res->status < DPTP_FAIL && round < rounds; round++) {
 		k->run(c, state, round, res);

@@ -66,6 +66,16 @@ const char *dptp_check_name(int id);
 void dptp_check_run(const struct dptp_check *k, struct dptp_ctx *c, double timeout,
 		    struct dptp_check_result *res);
 
+/* Collective over the world: shares the outcome rc (0 or a negative errno,
+ * message in err) of a step every rank made, so that every rank knows when
+ * one failed. On a rank whose step failed, res becomes `error` ("what:
+ * message"; a deadline `timeout`) unless it already holds a verdict of
+ * `fail` or worse; on the others `error` whatever it held, "lead: global rank r
+ * could not could_not (strerror)": what they compared came from no
+ * exchange. The driver uses it for a failed preparation. */
+void dptp_check_share_outcome(struct dptp_ctx *c, int rc, const struct dptp_err *err, const char *what,
+			      const char *lead, const char *could_not, struct dptp_check_result *res);
+
 /* Sets status and a printf-style detail (replacing any earlier one). */
 void dptp_result_set(struct dptp_check_result *r, enum dptp_status s, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

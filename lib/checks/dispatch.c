@@ -40,7 +40,17 @@ struct state {
 	void *dispatched;  /* the buffer after dispatch, before combine */
 	bool ep_bug;
 	int rc;            /* of the combine */
+	int crc;           /* the first failed copy to or from the data plane */
+	const char *cwhat; /* which copy */
 };
+
+static void copy_rc(struct state *s, int rc, const char *what)
+{
+	if (rc < 0 && s->crc == 0) {
+		s->crc = rc;
+		s->cwhat = what;
+	}
+}
 
 static int dispatch_prepare(struct dptp_ctx *c, void *state, struct dptp_err *err)
 {
@@ -81,7 +91,9 @@ static void dispatch_run(struct dptp_ctx *c, void *state, int round, struct dptp
 	enum dptp_dtype dt = c->p.dtype;
 	size_t esz = dptp_dtype_bytes(dt), hidden = (size_t)c->p.hidden, total = s->total;
 	struct dptp_comm *cm = c->comm;
-	cm->ops->upload(cm, s->buf, s->host, total * esz);
+	/* the collectives below are made whatever a copy said (lockstep) */
+	s->crc = 0;
+	copy_rc(s, cm->ops->upload(cm, s->buf, s->host, total * esz), "uploading the dispatch buffer");
 
 	/* multicast: slice idx comes from root idx of the DP group (the bug:
 	 * of the EP group, whose member idx is another replica's rank) */
@@ -94,7 +106,7 @@ static void dispatch_run(struct dptp_ctx *c, void *state, int round, struct dptp
 		if (rc < 0)
 			dptp_result_fail(res, DPTP_FAIL, rc, &err, "dispatch broadcast");
 	}
-	cm->ops->download(cm, s->host, s->buf, total * esz);
+	copy_rc(s, cm->ops->download(cm, s->host, s->buf, total * esz), "downloading the dispatched tokens");
 	memcpy(s->dispatched, s->host, total * esz);
 
 	/* combine: each EP rank applies its expert, all-reduce over EP, keep
@@ -110,11 +122,15 @@ static void dispatch_run(struct dptp_ctx *c, void *state, int round, struct dptp
 			blk[k] *= w;
 		dptp_store_f32(p, blk, m, dt);
 	}
-	cm->ops->upload(cm, s->buf, s->host, total * esz);
+	copy_rc(s, cm->ops->upload(cm, s->buf, s->host, total * esz), "uploading the expert outputs");
 	s->rc = cm->ops->allreduce(cm, &c->ep, s->buf, total, dt, &err);
 	if (s->rc < 0)
 		dptp_result_fail(res, DPTP_FAIL, s->rc, &err, "combine all-reduce over EP");
-	cm->ops->download(cm, s->host, s->buf, total * esz);
+	copy_rc(s, cm->ops->download(cm, s->host, s->buf, total * esz), "downloading the combined tokens");
+	/* a rank whose upload failed sent garbage to the others: every rank
+	 * learns of a failed copy, and none calls what it got a finding */
+	dptp_check_share_outcome(c, s->crc, NULL, s->crc ? s->cwhat : "copying to or from the device",
+				 "no verdict", "copy its tokens to or from its device", res);
 }
 
 static void dispatch_verify(struct dptp_ctx *c, void *state, int round, struct dptp_check_result *res)

@@ -21,6 +21,7 @@ struct span {
 	float *got;                     /* [world] */
 	int rc;
 	struct dptp_err err;
+	int crc;                        /* a failed copy to or from the data plane */
 };
 
 struct state {
@@ -85,13 +86,11 @@ static void reduce_on(struct dptp_ctx *c, struct state *s, struct span *sp)
 				      "(run subgroup-reduce on the host or staged data plane)");
 		return;
 	}
-	int urc = cm->ops->upload(cm, s->buf, sp->got, world * sizeof(float));
+	sp->crc = cm->ops->upload(cm, s->buf, sp->got, world * sizeof(float));
 	/* called whatever upload said: the all-reduce is collective */
 	sp->rc = cm->ops->allreduce(cm, sp->used, s->buf, world, DPTP_DTYPE_FP32, &sp->err);
-	if (urc < 0 && sp->rc == 0)
-		sp->rc = dptp_err_set(&sp->err, urc, "uploading the contribution: %s", strerror(-urc));
-	if (sp->rc == 0)
-		sp->rc = cm->ops->download(cm, sp->got, s->buf, world * sizeof(float));
+	if (sp->rc == 0 && sp->crc == 0)
+		sp->crc = cm->ops->download(cm, sp->got, s->buf, world * sizeof(float));
 }
 
 static void reduce_span_run(struct dptp_ctx *c, void *state, int round, struct dptp_check_result *res)
@@ -102,6 +101,11 @@ static void reduce_span_run(struct dptp_ctx *c, void *state, int round, struct d
 	s->dp.want = s->dp.used = &c->dp;
 	reduce_on(c, s, &s->tp);
 	reduce_on(c, s, &s->dp);
+	/* a rank whose upload failed put garbage into the sums: every rank
+	 * learns of a failed copy, and none calls what it got a finding */
+	dptp_check_share_outcome(c, s->tp.crc < 0 ? s->tp.crc : s->dp.crc, NULL,
+				 "copying a contribution to or from the device", "no verdict",
+				 "copy its contribution to or from its device", res);
 }
 
 /* Appends "a, b, c" (at most 8, then "...") of the ranks whose element is
@@ -137,6 +141,8 @@ static void check_span(struct dptp_ctx *c, const struct span *sp, struct dptp_ch
 		dptp_result_fail(res, sp->rc == -ENOTSUP ? DPTP_ERROR : DPTP_FAIL, sp->rc, &sp->err, what);
 		return;
 	}
+	if (sp->crc < 0)
+		return; /* no sum to look at: run made the result `error` */
 	int nm = list_diff(c, sp, true, miss, sizeof(miss));
 	int ne = list_diff(c, sp, false, extra, sizeof(extra));
 	if ((nm || ne) && res->status < DPTP_FAIL) {

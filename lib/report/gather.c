@@ -165,14 +165,38 @@ int dptp_fetch_published(struct dptp_bootstrap *b, int rank, const char *key, do
 			 void **data, size_t *len, struct dptp_err *err)
 {
 	/* some PMIx servers answer "not found" at once for a key that is not
-	 * committed yet, others wait: ask again until the deadline */
+	 * committed yet, others wait, and some give up on their own before the
+	 * deadline (Open MPI's prte: "timed out" after 2 s of a 3 s wait, once
+	 * a fence had timed out): ask again until the deadline */
 	for (;;) {
 		double left = deadline - dptp_now();
 		int rc = dptp_bootstrap_get(b, rank, key, data, len, left > 0.01 ? left : 0.01, err);
-		if (rc != -ENOENT || dptp_now() >= deadline)
+		if ((rc != -ENOENT && rc != -ETIMEDOUT) || dptp_now() >= deadline)
 			return rc;
 		struct timespec ts = { 0, 2000000 };
 		nanosleep(&ts, NULL);
+	}
+}
+
+/* Appends " r" (", r" after the first) to a list of ranks, at most 16
+ * of them, then " ...". */
+static void list_rank(char *buf, size_t n, int count, int rank)
+{
+	size_t off = strlen(buf);
+	if (count <= 16 && off < n)
+		snprintf(buf + off, n - off, "%s%d%s", count > 1 ? ", " : " ", rank, count == 16 ? " ..." : "");
+}
+
+/* Rank q's row when its results are not there: every check `s` with why. */
+static void row_lost(struct dptp_check_result *row, const struct dptp_check_result *res, size_t nres,
+		     enum dptp_status s, const char *why)
+{
+	for (size_t k = 0; k < nres; k++) {
+		free(row[k].detail);
+		memcpy(row[k].name, res[k].name, sizeof(res[k].name));
+		row[k].status = s;
+		row[k].seconds = 0;
+		row[k].detail = strdup(why);
 	}
 }
 
@@ -187,47 +211,59 @@ int dptp_gather_results(struct dptp_bootstrap *b, const struct dptp_layout *l,
 		return dptp_err_set(err, -ENOMEM, "out of memory");
 	/* no fence: a rank that stopped mid-collective must not keep rank 0
 	 * from reporting the others; each rank publishes, rank 0 fetches */
-	rc = dptp_bootstrap_publish(b, "dptp.results", mine, mlen, err);
 	if (b->rank != 0) {
+		rc = dptp_bootstrap_publish(b, "dptp.results", mine, mlen, err);
+		if (rc < 0)
+			dptp_err_prefix(err, "publishing this rank's results");
 		free(mine);
 		return rc;
 	}
 	double deadline = dptp_now() + timeout;
 	struct dptp_check_result **rows = calloc((size_t)world, sizeof(*rows));
-	int missing = 0;
+	int missing = 0, unread = 0;
+	char missing_list[160] = "", unread_list[160] = "";
 	for (int q = 0; rows && q < world; q++) {
 		rows[q] = calloc(nres ? nres : 1, sizeof(**rows));
-		if (!rows[q])
-			continue;
-		int got = -1;
+		if (!rows[q]) {
+			rc = dptp_err_set(err, -ENOMEM, "out of memory");
+			break;
+		}
+		int got = -1, grc = 0;
 		if (q == 0) {
 			got = dptp_results_unpack(mine, mlen, rows[q], nres);
 		} else {
 			void *data = NULL;
 			size_t len = 0;
 			struct dptp_err e = {0};
-			int grc = dptp_fetch_published(b, q, "dptp.results", deadline, &data, &len, &e);
+			grc = dptp_fetch_published(b, q, "dptp.results", deadline, &data, &len, &e);
 			if (grc == 0)
 				got = dptp_results_unpack(data, len, rows[q], nres);
 			free(data);
 		}
-		if (got < 0) {
-			missing++;
-			for (size_t k = 0; k < nres; k++) {
-				free(rows[q][k].detail);
-				memcpy(rows[q][k].name, res[k].name, sizeof(res[k].name));
-				rows[q][k].status = DPTP_TIMEOUT;
-				rows[q][k].seconds = 0;
-				rows[q][k].detail = strdup("no result from this rank: it never reported (stopped, or stuck in a collective)");
-			}
+		if (got == 0)
+			continue;
+		if (grc < 0) {
+			list_rank(missing_list, sizeof(missing_list), ++missing, q);
+			row_lost(rows[q], res, nres, DPTP_TIMEOUT,
+				 "no result from this rank: it never reported (stopped, or stuck in a collective)");
+		} else {
+			/* came, but not as this rank's results of these checks */
+			list_rank(unread_list, sizeof(unread_list), ++unread, q);
+			row_lost(rows[q], res, nres, DPTP_ERROR,
+				 "this rank's results could not be read (another dptp-check version, or other checks?)");
 		}
 	}
 	if (!rows)
 		rc = dptp_err_set(err, -ENOMEM, "out of memory");
-	else if (dptp_results_merge(l, rows, nres, r) < 0)
+	else if (rc == 0 && dptp_results_merge(l, rows, nres, r) < 0)
 		rc = dptp_err_set(err, -ENOMEM, "out of memory");
-	else if (missing)
-		rc = dptp_err_set(err, -ETIMEDOUT, "%d of %d ranks never reported", missing, world);
+	else if (rc == 0 && missing)
+		rc = dptp_err_set(err, -ETIMEDOUT, "%d of %d ranks never reported:%s%s%s%s", missing, world,
+				  missing_list, unread ? "; results that could not be read from rank" : "",
+				  unread > 1 ? "s" : "", unread_list);
+	else if (rc == 0 && unread)
+		rc = dptp_err_set(err, -EPROTO, "results that could not be read from rank%s%s", unread > 1 ? "s" : "",
+				  unread_list);
 	for (int q = 0; rows && q < world; q++) {
 		for (size_t k = 0; rows[q] && k < nres; k++)
 			free(rows[q][k].detail);

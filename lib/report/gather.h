@@ -9,8 +9,12 @@
 
 /* Collective. res[nres] are this rank's results in check order. On rank 0,
  * fills r->replicas (caller releases with dptp_report_release); ranks whose
- * results never came are `timeout` with a detail saying so. `timeout` bounds
- * the exchange. Returns 0, or -ETIMEDOUT when some ranks were missing. */
+ * results never came are `timeout`, those whose results could not be read
+ * `error`, with a detail saying so. `timeout` bounds the exchange. Returns
+ * 0; -ETIMEDOUT when some ranks were missing, -EPROTO when some results
+ * could not be read (the message names those ranks: "1 of 4 ranks never
+ * reported: 3"); -ENOMEM when the report could not be built (it may be
+ * incomplete); on the other ranks, a publishing error. */
 int dptp_gather_results(struct dptp_bootstrap *b, const struct dptp_layout *l,
 			const struct dptp_check_result *res, size_t nres, double timeout,
 			struct dptp_report *r, struct dptp_err *err);

@@ -75,15 +75,16 @@ static enum dptp_status sane(enum dptp_status s)
 enum dptp_status dptp_report_worst(const struct dptp_report *r)
 {
 	enum dptp_status w = DPTP_SKIP;
-	bool any = false;
+	size_t pairs = 0;
 	for (size_t i = 0; r && i < r->nreplicas; i++) {
 		const struct dptp_replica_result *rep = &r->replicas[i];
 		w = dptp_status_worst(w, sane(rep->status));
-		any = true;
+		pairs += rep->nchecks;
 		for (size_t j = 0; j < rep->nchecks; j++)
 			w = dptp_status_worst(w, sane(rep->checks[j].status));
 	}
-	return any ? w : DPTP_PASS;
+	/* nothing checked is no pass: results lost on the way */
+	return pairs ? w : DPTP_ERROR;
 }
 
 int dptp_report_exit_code(const struct dptp_report *r)

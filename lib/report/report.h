@@ -77,7 +77,8 @@ struct dptp_summary {
 
 /* Counts (replica, check) pairs. */
 struct dptp_summary dptp_report_summary(const struct dptp_report *r);
-/* Worst status over everything; DPTP_PASS for an empty report. */
+/* Worst status over everything; DPTP_ERROR for a report without a single
+ * (replica, check) pair: nothing checked is not a pass. */
 enum dptp_status dptp_report_worst(const struct dptp_report *r);
 /* Exit code of DESIGN.md: 0 pass/skip, 1 fail, 4 timeout, 3 error. */
 int dptp_report_exit_code(const struct dptp_report *r);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""End-to-end robustness: a peer that never answers becomes `timeout` with a
-report and exit 4; two jobs at once on one host don't disturb each other;
-a layout that doesn't match the world is a usage error (exit 2).
+"""End-to-end robustness: a peer that never answers, in a check or at
+start-up, becomes `timeout` with a report and exit 4; two jobs at once on
+one host don't disturb each other; a layout that doesn't match the world is
+a usage error (exit 2).
 
 usage: robust.py --check PATH [--launcher mpirun|dptp-run] [--run PATH]
 """
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from matrix import launch_cmd  # noqa: E402
@@ -21,6 +23,21 @@ SMALL = ["--tokens", "8", "--hidden", "64"]
 # --inject all includes opid-seeded, whose opIds come from the seed: a seed
 # of this run's own keeps parallel test jobs off each other's socket names
 SEED = random.SystemRandom().randrange(2, 1 << 62)
+
+
+def stalled_run(args, cmd, env, out, what, problems):
+    """Runs a job with a stopped peer: exit 4 (torchrun-style launchers: 1,
+    their failure report names the 4) and a report at out. Returns the
+    process, the seconds it took and whether the report is there."""
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    dt = time.monotonic() - t0
+    if p.returncode != (1 if args.launcher == "dptp-run" else 4):
+        problems.append("%s: exit %d, want 4: %s" % (what, p.returncode, p.stderr[-400:]))
+    written = os.path.exists(out)
+    if not written:
+        problems.append("%s: no report written" % what)
+    return p, dt, written
 
 
 def main():
@@ -49,14 +66,8 @@ def main():
         if args.launcher == "mpirun":
             cmd += ["-x", "DPTP_TEST_STALL_RANK", "-x", "DPTP_TEST_STALL_CHECK"]
         cmd += [args.check, "--dp", "2", "--tp", "2", "--timeout", "2", "--format", "json", "--output", out] + SMALL
-        t0 = time.monotonic()
-        p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=60)
-        dt = time.monotonic() - t0
-        if p.returncode != (1 if args.launcher == "dptp-run" else 4):
-            problems.append("stall: exit %d, want 4: %s" % (p.returncode, p.stderr[-400:]))
-        if not os.path.exists(out):
-            problems.append("stall: no report written")
-        else:
+        p, dt, written = stalled_run(args, cmd, e, out, "stall", problems)
+        if written:
             rep = json.load(open(out))
             st = {(r["dp"], c["name"]): c["status"] for r in rep["replicas"] for c in r["checks"]}
             if st[(0, "fused-allreduce")] != "timeout" or st[(1, "fused-allreduce")] != "timeout":
@@ -69,6 +80,26 @@ def main():
         # the launcher's own teardown of a stopped process is not ours to time
         if dt > 2 + 1 + 3:
             problems.append("stall: took %.2fs" % dt)
+
+    # 1b. a rank stopped right after launch, before the start-up (learning
+    # the peers): the report still comes (JUnit, as a CI job asks for it),
+    # every (replica, check) a timeout naming the rank that never arrived
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.xml")
+        wrap = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stopwrap.sh")
+        cmd = launch_cmd(args, 4) + [wrap, "3", args.check, "--dp", "2", "--tp", "2", "--timeout", "2",
+                                     "--format", "junit", "--output", out] + SMALL
+        p, dt, written = stalled_run(args, cmd, env, out, "start-up stall", problems)
+        if written:
+            cases = ET.parse(out).getroot().iter("testcase")
+            got = [(c.get("name"), [(e.get("type"), e.text or "") for e in c]) for c in cases]
+            bad = [g for g in got if len(g[1]) != 1 or g[1][0][0] != "timeout" or "never reported: 3" not in g[1][0][1]]
+            if len(got) != 2 * 8 or bad:
+                problems.append("start-up stall: %d testcases, not timeouts naming rank 3: %r" % (len(got), bad[:2]))
+        print("peer stopped at start-up: exit %d in %.2fs (timeout 2 s)" % (p.returncode, dt))
+        # the fence's 2 s, 2 s for the others' results, the launcher's teardown
+        if dt > 2 + 2 + 1 + 3:
+            problems.append("start-up stall: took %.2fs" % dt)
 
     # 2. two jobs at once on the same host
     with tempfile.TemporaryDirectory() as d:
