@@ -207,12 +207,17 @@ int dptp_check_bench(const struct dptp_options *o, struct dptp_ctx *c, struct dp
 	while (nt < (int)DPTP_ARRAY_LEN(tokens) && tokens[nt] <= (o->tokens > 128 ? o->tokens : 2048))
 		nt++;
 	const char *it = getenv("DPTP_BENCH_ITERS");
-	int iters = it && atoi(it) > 0 ? atoi(it) : 50;
+	uint64_t iters = 50;
+	if (it && *it && dptp_parse_u64(it, 1, 1000000, false, &iters) < 0) {
+		fprintf(stderr, "dptp-check: rank %d: invalid DPTP_BENCH_ITERS='%s': expected an integer in 1..1000000\n",
+			c->rank, it);
+		return EXIT_ENV;
+	}
 	struct dptp_err err = {0};
 	struct dptp_bench_row *rows = NULL;
 	size_t nrows = 0;
 	c->x.deadline = dptp_now() + o->timeout * 10;
-	int rc = bench_rows(c, tokens, nt, hiddens, nh, iters, &rows, &nrows, &err);
+	int rc = bench_rows(c, tokens, nt, hiddens, nh, (int)iters, &rows, &nrows, &err);
 	int code = EXIT_PASS;
 	if (rc < 0) {
 		fprintf(stderr, "dptp-check: rank %d: bench: %s\n", c->rank, err.msg);

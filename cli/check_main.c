@@ -41,7 +41,9 @@ static void print_list(void)
 static void maybe_stall(const struct dptp_ctx *c, const char *check)
 {
 	const char *r = getenv("DPTP_TEST_STALL_RANK"), *k = getenv("DPTP_TEST_STALL_CHECK");
-	if (r && atoi(r) == c->rank && (!k || strcmp(k, check) == 0))
+	uint64_t want;
+	if (r && dptp_parse_u64(r, 0, INT32_MAX, false, &want) == 0 && want == (uint64_t)c->rank &&
+	    (!k || strcmp(k, check) == 0))
 		raise(SIGSTOP);
 }
 

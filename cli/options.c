@@ -197,10 +197,7 @@ static int apply(struct dptp_options *o, const struct opt_row *row, const char *
 	switch (row->kind) {
 	case KIND_INT:
 	case KIND_U64: {
-		uint64_t x;
-		/* strtoull's base 0 would read "010" as octal 8. */
-		if (v[0] == '0' && isdigit((unsigned char)v[1]))
-			return bad_value(err, row, v, "leading zeros are not allowed");
+		uint64_t x; /* decimal: "010" is 10, as torch reads it */
 		int rc = dptp_parse_u64(v, row->min, row->max, row->suffix, &x);
 		if (rc == -ERANGE) {
 			char why[64];

@@ -725,7 +725,8 @@ static enum run_args_result convert(struct parse *p, struct run_opts *o)
 		o->monitor_interval = strtod(s, &end);
 		while (isspace((unsigned char)*end))
 			end++;
-		if (end == s || *end || errno || !isfinite(o->monitor_interval))
+		/* Python's float() reads no hex: strtod's "0x1p3" is refused */
+		if (end == s || *end || errno || !isfinite(o->monitor_interval) || strpbrk(s, "xX"))
 			return usage_error(p->errs, "argument --monitor-interval/--monitor_interval: invalid float value: '%s'", s);
 		if (o->monitor_interval <= 0 || o->monitor_interval > 3600)
 			return usage_error(p->errs, "monitor_interval=%s must be in (0, 3600] seconds", s);

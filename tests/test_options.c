@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,8 +150,10 @@ static void test_values(void **state)
 	OK(&o, "--tokens", "4K", "--hidden", "8k");
 	assert_int_equal(o.tokens, 4096);
 	assert_int_equal(o.hidden, 8192);
-	OK(&o, "--seed", "0x10");
-	assert_true(o.seed == 16);
+	OK(&o, "--seed", "010", "--tp", "08", "--tokens", "0016");
+	assert_true(o.seed == 10); /* decimal, as torch reads numbers */
+	assert_int_equal(o.tp, 8);
+	assert_int_equal(o.tokens, 16);
 	OK(&o, "--inject", "none");
 	assert_int_equal(o.inject, 0);
 	OK(&o, "--inject", "all", "--inject", "none");   /* last one wins */
@@ -184,7 +187,10 @@ static void test_bad_numbers(void **state)
 	BAD("invalid value '' for --tp: not a number", "--tp=");
 	BAD("invalid value '2K' for --tp: not a number", "--tp", "2K");
 	BAD("invalid value '1.5' for --tokens: not a number", "--tokens", "1.5");
-	BAD("invalid value '010' for --tp: leading zeros are not allowed", "--tp", "010");
+	BAD("invalid value '0x8' for --tp: not a number", "--tp", "0x8");
+	BAD("invalid value '0x10' for --seed: not a number", "--seed", "0x10");
+	BAD("invalid value '0X10' for --tokens: not a number", "--tokens", "0X10");
+	BAD("invalid value '0x1p3' for --timeout: not a number", "--timeout", "0x1p3");
 	BAD("invalid value '0' for --tp: out of range 1..4096", "--tp", "0");
 	BAD("invalid value '4097' for --dp: out of range 1..4096", "--dp", "4097");
 	BAD("invalid value '0' for --pp: out of range 1..4096", "--pp", "0");
@@ -209,6 +215,45 @@ static void test_bad_numbers(void **state)
 	BAD("invalid value '0' for --eps: must be > 0 and <= 1", "--eps", "0");
 	BAD("invalid value '1.5' for --eps: must be > 0 and <= 1", "--eps", "1.5");
 	BAD("invalid value '1e-6x' for --eps: not a number", "--eps", "1e-6x");
+}
+
+/* The parse helpers read numbers as torch does (issue 24 item 6): decimal
+ * digits only, leading zeros included; hex and octal forms refused. */
+static void test_parse_decimal(void **state)
+{
+	static const struct {
+		const char *s;
+		bool suffix;
+		int rc;
+		uint64_t v;
+	} u[] = {
+		{"010", false, 0, 10}, {"0", false, 0, 0}, {"00", false, 0, 0}, {"08", false, 0, 8},
+		{"09", false, 0, 9}, {"029500", false, 0, 29500}, {"18446744073709551615", false, 0, UINT64_MAX},
+		{"0x8", false, -EINVAL, 0}, {"0X8", false, -EINVAL, 0}, {"0x", false, -EINVAL, 0},
+		{"x8", false, -EINVAL, 0}, {"0b1", false, -EINVAL, 0}, {"8x", false, -EINVAL, 0},
+		{"+8", false, -EINVAL, 0}, {"-8", false, -EINVAL, 0}, {" 8", false, -EINVAL, 0},
+		{"8 ", false, -EINVAL, 0}, {"", false, -EINVAL, 0}, {"1_0", false, -EINVAL, 0},
+		{"18446744073709551616", false, -ERANGE, 0},
+		{"016M", true, 0, 16u << 20}, {"4k", true, 0, 4096}, {"1G", true, 0, 1u << 30},
+		{"0x10M", true, -EINVAL, 0}, {"0x1", true, -EINVAL, 0}, {"16MB", true, -EINVAL, 0},
+		{"16M", false, -EINVAL, 0}, {"17179869184G", true, -ERANGE, 0},
+	};
+	for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++) {
+		uint64_t v = 12345;
+		int rc = dptp_parse_u64(u[i].s, 0, UINT64_MAX, u[i].suffix, &v);
+		if (rc != u[i].rc || (rc == 0 && v != u[i].v))
+			fail_msg("dptp_parse_u64('%s'): %d %" PRIu64 ", want %d %" PRIu64, u[i].s, rc, v, u[i].rc, u[i].v);
+	}
+	uint64_t v;
+	assert_int_equal(dptp_parse_u64("010", 0, 9, false, &v), -ERANGE); /* ten, not eight */
+	double d = 0;
+	assert_int_equal(dptp_parse_double("010", 0, 100, &d), 0);
+	assert_true(d == 10);
+	assert_int_equal(dptp_parse_double("2.5e1", 0, 100, &d), 0);
+	assert_true(d == 25);
+	assert_int_equal(dptp_parse_double("0x10", 0, 100, &d), -EINVAL);
+	assert_int_equal(dptp_parse_double("0x1p3", 0, 100, &d), -EINVAL);
+	assert_int_equal(dptp_parse_double("0X1", 0, 100, &d), -EINVAL);
 }
 
 static void test_layouts(void **state)
@@ -359,6 +404,7 @@ int main(void)
 		cmocka_unit_test(test_values),
 		cmocka_unit_test(test_bad_numbers),
 		cmocka_unit_test(test_bad_names),
+		cmocka_unit_test(test_parse_decimal),
 		cmocka_unit_test(test_layouts),
 		cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_repeatable),

@@ -72,11 +72,13 @@ double dptp_now(void)
 
 int dptp_parse_u64(const char *s, uint64_t min, uint64_t max, bool allow_suffix, uint64_t *out)
 {
-	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ' || *s == '\t')
+	/* decimal, as torch reads its numbers (Python int(), std::stoi):
+	 * "010" is ten, "0x8" is refused */
+	if (!s || *s < '0' || *s > '9')
 		return -EINVAL;
 	errno = 0;
 	char *end = NULL;
-	unsigned long long v = strtoull(s, &end, 0);
+	unsigned long long v = strtoull(s, &end, 10);
 	if (end == s)
 		return -EINVAL;
 	if (errno == ERANGE)
@@ -114,8 +116,8 @@ const char *dptp_host_unbracket(const char *host, char *buf, size_t len)
 
 int dptp_parse_double(const char *s, double min, double max, double *out)
 {
-	if (!s || !*s || *s == ' ' || *s == '\t')
-		return -EINVAL;
+	if (!s || !*s || *s == ' ' || *s == '\t' || strpbrk(s, "xX"))
+		return -EINVAL; /* decimal, as Python's float(): no hex floats */
 	errno = 0;
 	char *end = NULL;
 	double v = strtod(s, &end);

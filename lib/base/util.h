@@ -47,11 +47,12 @@ void dptp_err_keep(int *rc, struct dptp_err *err, int nrc, const struct dptp_err
 /* Monotonic seconds. */
 double dptp_now(void);
 
-/* Strict unsigned parse: decimal (or 0x hex), no sign, no trailing junk,
+/* Strict unsigned parse: decimal digits only, as torch reads numbers
+ * ("010" is 10; "0x8", a sign, blanks and trailing junk are refused),
  * optional K/M/G suffix (powers of 1024) when allow_suffix. Range [min,max].
  * Returns 0 or -EINVAL / -ERANGE. */
 int dptp_parse_u64(const char *s, uint64_t min, uint64_t max, bool allow_suffix, uint64_t *out);
-/* Strict double parse, finite, within [min,max]. */
+/* Strict double parse: decimal (no hex float), finite, within [min,max]. */
 int dptp_parse_double(const char *s, double min, double max, double *out);
 
 /* A host as getaddrinfo takes it: "[::1]" (the URL form torchrun users

@@ -14,7 +14,8 @@ static int pick(struct dptp_bootstrap **out, double timeout, struct dptp_err *er
 	const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
 	if (rank && world && getenv("MASTER_ADDR") && getenv("MASTER_PORT"))
 		return dptp_bootstrap_torchrun_create(out, timeout, err);
-	if (world && strcmp(world, "1") != 0)
+	uint64_t w = 0;
+	if (world && (dptp_parse_u64(world, 1, 1, false, &w) < 0))
 		return dptp_err_set(err, -EINVAL,
 			"WORLD_SIZE=%s but no launcher to reach the other ranks: "
 			"PMIX_NAMESPACE, or RANK, MASTER_ADDR and MASTER_PORT, are not set; "

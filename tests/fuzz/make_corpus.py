@@ -29,7 +29,7 @@ def argv(*a):
 # dptp-check options
 for a in [argv("--dp", "2", "--tp", "2"),
           argv("--checks", "broadcast,opid", "--inject", "bcast-global-src", "--format", "json"),
-          argv("--tokens=8", "--hidden=64", "--dtype", "fp32", "--seed", "0x10", "--timeout", "2.5"),
+          argv("--tokens=8", "--hidden=64", "--dtype", "fp32", "--seed", "16", "--timeout", "2.5"),
           argv("--output", "/tmp/r.xml", "--format=junit", "-v", "-v", "--bench"),
           argv("--list"), argv("--hidden", "4G"), argv("--tok", "1K"), argv("-h")]:
     put("check_options", a)

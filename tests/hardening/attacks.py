@@ -335,8 +335,10 @@ def tr_env(rank, world, port, **kw):
 def case_torchrun_env():
     case = "torchrun_env"
     dead = free_port()  # nothing listens there
+    # hex is refused as torch's int() refuses it (issue 24 item 6: it was
+    # read with strtoull base 0, RANK=0x1 as 1)
     bad = [("MASTER_PORT", ""), ("RANK", ""), ("WORLD_SIZE", ""), ("LOCAL_RANK", ""),
-           ("LOCAL_RANK", None), ("no store", "")]
+           ("LOCAL_RANK", None), ("no store", ""), ("RANK", "0x1"), ("WORLD_SIZE", "0x2"), ("MASTER_PORT", "0x50")]
     for var, val in bad:
         env = tr_env(1, 2, dead) if var == "no store" else tr_env(1, 2, dead, **{var: val})
         t0 = time.monotonic()
@@ -360,6 +362,24 @@ def case_torchrun_env():
             fail(case, "%s: took %.1f s at --timeout 2" % (what, secs))
         else:
             print("ok %s: exit 3 in %.2f s: %s" % (what, secs, lines[0]), flush=True)
+    # leading zeros are decimal, as torch reads them: RANK=010 is ten (it
+    # was octal 8), MASTER_PORT=0NNNNN the port, WORLD_SIZE=01 one rank
+    port = free_port()
+    figure(case, attempts=1)
+    env = tr_env("00", "01", "0%d" % port, LOCAL_RANK="00", LOCAL_WORLD_SIZE="01")
+    p = subprocess.run([ARGS.check, "--timeout", "5", "--tokens", "8", "--hidden", "64"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        fail(case, "RANK=00 WORLD_SIZE=01 MASTER_PORT=0%d: exit %d: %r" % (port, p.returncode, p.stderr[-300:]))
+    else:
+        print("ok leading zeros: RANK=00 WORLD_SIZE=01 MASTER_PORT=0%d passes" % port, flush=True)
+    p = subprocess.run([ARGS.check, "--timeout", "2", "--tokens", "8", "--hidden", "64"],
+                       env=tr_env("010", 9, port), capture_output=True, text=True, timeout=30)
+    if p.returncode != 3 or "invalid RANK='010': expected an integer in 0..8" not in p.stderr:
+        fail(case, "RANK=010 in a world of 9: exit %d, want 3 naming it (10, not octal 8): %r" % (
+            p.returncode, p.stderr[-300:]))
+    else:
+        print("ok RANK=010 in a world of 9: exit 3: %s" % p.stderr.strip(), flush=True)
     # RANK 1 claimed twice in a world of 3 (rank 2 never comes)
     port = free_port()
     procs = []

@@ -483,6 +483,9 @@ VALIDATION = [
     ([], "the following arguments are required: training_script, training_script_args"),
     (["--nproc-per-node"], "argument --nproc-per-node/--nproc_per_node: expected one argument"),
     (["--nproc-per-node=x", "t"], "Unsupported nproc_per_node value: x"),
+    (["--nproc-per-node=0x8", "t"], "Unsupported nproc_per_node value: 0x8"),
+    (["--max-restarts=0x1", "t"], "argument --max-restarts/--max_restarts: invalid int value: '0x1'"),
+    (["--monitor-interval=0x1p3", "t"], "argument --monitor-interval/--monitor_interval: invalid float value: '0x1p3'"),
     (["--nnodes=a:b", "t"], 'nnodes=a:b is not in "MIN:MAX" format'),
     (["--nnodes=1:2", "t"], "elastic --nnodes=1:2 needs --rdzv-backend=c10d"),
     (["--nnodes=2", "--rdzv-backend=etcd", "t"], "--rdzv-backend=etcd with --nnodes=2 is not supported; use --rdzv-backend=c10d"),
@@ -513,7 +516,8 @@ def case_validation():
     rc, out, err = run(["--nproc-per-node=2", "t"], env=base_env(PET_STANDALONE="x"))
     check(rc == 2 and "PET_STANDALONE" in err, err)
     # spellings, abbreviations, PET_* defaults, --opt v / --opt=v, REMAINDER
-    for args in (["--nproc_per_node", "3"], ["--nproc-per-node=3"], ["--nproc-p", "3"], ["--nproc_per=3"]):
+    for args in (["--nproc_per_node", "3"], ["--nproc-per-node=3"], ["--nproc-p", "3"], ["--nproc_per=3"],
+                 ["--nproc-per-node=03"]):  # decimal, as torch's int(): 010 is ten
         rc, out, err = run(args + ["--no-python", "sh", "-c", "echo $WORLD_SIZE", "--nnodes=9"])
         check(rc == 0 and out.split() == ["3"] * 3, "%s: %r %r" % (args, out, err))
     # argparse counts spellings: a prefix of both spellings of one option is
