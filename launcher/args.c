@@ -221,9 +221,6 @@ static void warn_unsupported(FILE *errs, const struct run_opts *o)
 	if (!strncmp(o->rdzv_backend, "etcd", 4))
 		fprintf(errs, "dptp-run: warning: --rdzv-backend=%s: there is no etcd client; this one-node job uses the static rendezvous (use c10d for several nodes)\n",
 			o->rdzv_backend);
-	if (o->logs_specs)
-		fprintf(errs, "dptp-run: warning: --logs-specs=%s is a Python entry point and is not loaded; the default layout under --log-dir is used\n",
-			o->logs_specs);
 	fflush(errs);
 }
 
@@ -739,7 +736,8 @@ static enum run_args_result convert(struct parse *p, struct run_opts *o)
 	o->no_python = p->flag[O_NO_PYTHON];
 	o->run_path = p->flag[O_RUN_PATH];
 	o->virtual_local_rank = p->flag[O_VIRTUAL_LOCAL_RANK];
-	if (o->no_python && o->module)
+	/* as torch's config_from_args: --run-path goes first, the others are not looked at */
+	if (o->no_python && o->module && !o->run_path)
 		return usage_error(p->errs, "Don't use both the '--no-python' flag and the '--module' flag at the same time.");
 	o->log_dir = p->val[O_LOG_DIR] && *p->val[O_LOG_DIR] ? p->val[O_LOG_DIR] : NULL;
 	if (run_std_parse(p->val[O_REDIRECTS], &o->redirects, &err) < 0 ||
@@ -876,17 +874,13 @@ enum run_args_result run_args_parse(struct run_opts *o, int argc, char **argv, F
 	o->script = argv[i];
 	o->script_args = argv + i + 1;
 	o->nscript_args = argc - i - 1;
-	/* argparse (Python 3.12+, torchrun's) removes one "--" from a command
-	 * line: one before the script, else the first among the script's
-	 * arguments ("-m mod -- --depth=20" hands the module "--depth=20");
-	 * later ones stay. */
-	for (int k = 0; !dashdash && k < o->nscript_args; k++) {
-		if (strcmp(o->script_args[k], "--"))
-			continue;
-		memmove(o->script_args + k, o->script_args + k + 1,
-			(size_t)(o->nscript_args - k - 1) * sizeof(*o->script_args));
+	/* argparse (Python 3.11 to 3.13 alike) removes one "--" from a command
+	 * line: one before the script, else one right after it ("-m mod --
+	 * --depth=20" hands the module "--depth=20"); any other stays ("echo a
+	 * -- b" prints "a -- b"). */
+	if (!dashdash && o->nscript_args && !strcmp(o->script_args[0], "--")) {
+		o->script_args++;
 		o->nscript_args--;
-		break;
 	}
 	r = convert(&p, o);
 	if (r)

@@ -3,9 +3,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,6 +60,54 @@ static const char *python_for_workers(char *buf, size_t len)
 		}
 	}
 	return "python3";
+}
+
+int env_logs_specs_known(const char *name, struct dptp_err *err)
+{
+	static const char code[] =
+		"import sys\n"
+		"from importlib.metadata import entry_points\n"
+		"eps = entry_points()\n"
+		"group = eps.select(group='torchrun.logs_specs') if hasattr(eps, 'select') else eps.get('torchrun.logs_specs', ())\n"
+		"sys.exit(0 if [e for e in group if e.name == sys.argv[1]] else 10)\n";
+	char venv_py[4096];
+	const char *py = python_for_workers(venv_py, sizeof(venv_py));
+	char *const argv[] = {(char *)py, "-c", (char *)code, (char *)name, NULL};
+	int st = 0, null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (null >= 0) {
+			dup2(null, STDIN_FILENO);
+			dup2(null, STDOUT_FILENO);
+		}
+		execvp(py, argv);
+		_exit(127);
+	}
+	if (null >= 0)
+		close(null);
+	if (pid < 0)
+		return dptp_err_set(err, -errno, "cannot start %s to look up the entry point: %s", py, strerror(errno));
+	for (int i = 0; ; i++) {
+		pid_t w = waitpid(pid, &st, WNOHANG);
+		if (w == pid)
+			break;
+		if (w < 0 && errno != EINTR)
+			return dptp_err_set(err, -errno, "waiting for %s: %s", py, strerror(errno));
+		if (i == 1000) { /* 10 s */
+			kill(pid, SIGKILL);
+			while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+				;
+			return dptp_err_set(err, -ETIMEDOUT, "%s did not look up the entry point within 10 s", py);
+		}
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	if (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 10))
+		return WEXITSTATUS(st) == 0;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
+		return dptp_err_set(err, -ENOENT, "cannot run %s to look up the entry point", py);
+	return dptp_err_set(err, -EIO, "%s could not look up the entry point (%s %d)", py,
+			    WIFEXITED(st) ? "exit status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 }
 
 /* --run-path: torchrun runs the script by runpy.run_path in a function

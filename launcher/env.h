@@ -20,6 +20,10 @@ struct worker_cmd {
  * --no-python. */
 int env_build_command(const struct run_opts *o, struct worker_cmd *cmd, struct dptp_err *err);
 void env_command_release(struct worker_cmd *cmd);
+/* torch's _get_logs_specs_class: is name an entry point of the group
+ * torchrun.logs_specs? Asked of the workers' Python (at most 10 s). 1 yes,
+ * 0 no, <0 it could not be asked (err says why). */
+int env_logs_specs_known(const char *name, struct dptp_err *err);
 /* argv for local_rank with string.Template.safe_substitute(local_rank=N)
  * applied to every argument. Caller frees with env_strv_free(). */
 char **env_argv_for(const struct worker_cmd *cmd, unsigned local_rank);

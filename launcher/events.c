@@ -13,6 +13,7 @@
 
 #include "base/util.h"
 #include "failure.h"
+#include "host.h"
 
 /* ---- Python's json.dumps pieces ---- */
 
@@ -447,36 +448,6 @@ char *events_json_redump(const char *text)
 
 /* ---- events ---- */
 
-/* Python's socket.getfqdn(socket.gethostname()), which torch's events use:
- * the address of the host name looked up back; the first of its names
- * with a dot, else its primary name; the host name when that fails. */
-static void py_getfqdn(char *buf, size_t len)
-{
-	char host[256] = "";
-	struct addrinfo hints = {.ai_family = AF_UNSPEC}, *res = NULL;
-	gethostname(host, sizeof(host) - 1);
-	snprintf(buf, len, "%s", host);
-	if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
-		return;
-	struct hostent he, *hp = NULL;
-	char tmp[8192];
-	int herr;
-	const void *addr = res->ai_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr
-						    : (const void *)&((struct sockaddr_in *)res->ai_addr)->sin_addr;
-	socklen_t alen = res->ai_family == AF_INET6 ? sizeof(struct in6_addr) : sizeof(struct in_addr);
-	if (gethostbyaddr_r(addr, alen, res->ai_family, &he, tmp, sizeof(tmp), &hp, &herr) == 0 && hp) {
-		const char *pick = hp->h_name;
-		if (!strchr(pick, '.'))
-			for (char **a = hp->h_aliases; a && *a; a++)
-				if (strchr(*a, '.')) {
-					pick = *a;
-					break;
-				}
-		snprintf(buf, len, "%s", pick);
-	}
-	freeaddrinfo(res);
-}
-
 int events_init(struct agent_events *e, const char *handler, int fd)
 {
 	memset(e, 0, sizeof(*e));
@@ -493,7 +464,7 @@ int events_init(struct agent_events *e, const char *handler, int fd)
 		if (!strcmp(lv, above_info[i]))
 			return 0;
 	e->fd = fd;
-	py_getfqdn(e->hostname, sizeof(e->hostname));
+	host_fqdn(e->hostname, sizeof(e->hostname));
 	return 0;
 }
 

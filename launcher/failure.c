@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "report/report.h"
+
 /* ---- a minimal JSON reader: enough for error.json ---- */
 
 struct jv {
@@ -232,8 +234,11 @@ int failure_parse_error_json(const char *text, char **message, long long *timest
 	if (obj_get(text, "message", &msg) < 0)
 		return -1;
 	if (msg.t == J_STR) {
-		/* plain form: {"message": "<text>", "timestamp": <int>} */
-		*message = msg.s;
+		/* plain form: {"message": "<text>", "timestamp": <int>}; an
+		 * empty text is no message (torch then makes one up) */
+		*message = msg.s && *msg.s ? msg.s : NULL;
+		if (!*message)
+			free(msg.s);
 		if (obj_get(text, "timestamp", &tmp) == 0) {
 			if (tmp.t == J_NUM)
 				*timestamp = (long long)tmp.num;
@@ -325,9 +330,7 @@ void failure_init(struct failure *f, unsigned local_rank, unsigned global_rank, 
 		}
 		free(text);
 	}
-	if (!f->message || !*f->message) {
-		free(f->message);
-		f->message = NULL;
+	if (!f->message) { /* an empty py_callstack is shown as it is, as torch */
 		if (abort_msg)
 			f->message = strdup(abort_msg);
 		else if (exitcode < 0) {
@@ -406,6 +409,22 @@ char *failure_error_json_with_code(const char *text, int code)
 		     close) < 0)
 		return NULL;
 	return out;
+}
+
+int failure_record_launcher(const char *parent_file, const char *what)
+{
+	FILE *f;
+	if (!parent_file || !*parent_file)
+		return -1;
+	unlink(parent_file);
+	if (!(f = fopen(parent_file, "we")))
+		return -1;
+	fputs("{\"message\": {\"message\": \"", f);
+	dptp_json_escape(f, what, strlen(what));
+	fputs("\", \"extraInfo\": {\"py_callstack\": \"", f);
+	dptp_json_escape(f, what, strlen(what));
+	fprintf(f, "\\n\", \"timestamp\": \"%lld\"}}}", (long long)time(NULL));
+	return fclose(f) == 0 ? 0 : -1;
 }
 
 int failure_dump_root_cause(const struct failure *root, const char *parent_file)

@@ -37,6 +37,13 @@ size_t failure_root(const struct failure *f, size_t n);
  * signal's exit code is negative). 0, or -1 when there is nothing to copy
  * or the file cannot be written. */
 int failure_dump_root_cause(const struct failure *root, const char *parent_file);
+/* torchrun's @record on its own main when the launcher itself fails (an
+ * exception other than ChildFailedError: RendezvousTimeoutError,
+ * SignalException, ...): parent_file gets {"message": {"message": what,
+ * "extraInfo": {"py_callstack": what + newline, "timestamp": "<now>"}}}
+ * (torch's py_callstack is a Python traceback ending in that line).
+ * 0, or -1 when the file cannot be written. */
+int failure_record_launcher(const char *parent_file, const char *what);
 /* The copied text (malloc'd), NULL when text is not an error file. */
 char *failure_error_json_with_code(const char *text, int code);
 
@@ -44,8 +51,9 @@ char *failure_error_json_with_code(const char *text, int code);
 char *failure_read_text(const char *path);
 
 /* Parses a TORCHELASTIC_ERROR_FILE's JSON text. Returns 0 and malloc'd
- * *message (py_callstack indented by two spaces, or the message), and
- * *timestamp; -1 when the text is not an error file. */
+ * *message (py_callstack indented by two spaces, "" when it is "", or the
+ * message; NULL for an empty plain message), and *timestamp; -1 when the
+ * text is not an error file. */
 int failure_parse_error_json(const char *text, char **message, long long *timestamp);
 
 #endif

@@ -16,20 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "host.h"
 #include "wire/tcpstore.h"
-
-void rdzv_fqdn(char *buf, size_t len)
-{
-	struct addrinfo hints = {.ai_flags = AI_CANONNAME}, *res = NULL;
-	char host[256] = "localhost";
-	gethostname(host, sizeof(host) - 1);
-	snprintf(buf, len, "%s", host);
-	if (getaddrinfo(host, NULL, &hints, &res) == 0) {
-		if (res && res->ai_canonname && strchr(res->ai_canonname, '.'))
-			snprintf(buf, len, "%s", res->ai_canonname);
-		freeaddrinfo(res);
-	}
-}
 
 void rdzv_hostname(char *buf, size_t len)
 {
@@ -747,7 +735,8 @@ static const struct rendezvous_ops multi_ops = {
 	.shutdown = rdzv_common_shutdown,
 };
 
-int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_err *err)
+/* rendezvous_exit_barrier() but for its timeout's message: -ETIMEDOUT. */
+static int exit_barrier_wait(struct rendezvous *r, double timeout, struct dptp_err *err)
 {
 	const char *nm = "torchelastic/agent/terminal_state/num_members";
 	const char *lm = "torchelastic/agent/terminal_state/last_member";
@@ -767,7 +756,7 @@ int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_er
 		for (;;) {
 			double left = deadline - dptp_now();
 			if (left <= 0)
-				return dptp_err_set(err, -ETIMEDOUT, "exit barrier: not every node finished within %.0f s", timeout);
+				return -ETIMEDOUT;
 			int rc = dptp_tcpstore_client_wait(r->agent, k1, 1, left < 1.0 ? left : 1.0, err);
 			if (rc != -ETIMEDOUT)
 				return rc;
@@ -782,7 +771,7 @@ int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_er
 		const char *kf[] = {fk};
 		bool failed = false;
 		if (left <= 0)
-			return dptp_err_set(err, -ETIMEDOUT, "exit barrier: not every node finished within %.0f s", timeout);
+			return -ETIMEDOUT;
 		int rc = dptp_tcpstore_client_wait(r->agent, k1, 1, slice, err);
 		if (rc == 0)
 			return 0;
@@ -792,6 +781,14 @@ int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_er
 		if (failed)
 			return 1;
 	}
+}
+
+int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_err *err)
+{
+	int rc = exit_barrier_wait(r, timeout, err);
+	if (rc == -ETIMEDOUT) /* the caller names the barrier */
+		return dptp_err_set(err, rc, "not every node finished within %.0f s", timeout);
+	return rc;
 }
 
 void rendezvous_report_failure(struct rendezvous *r)
@@ -827,8 +824,13 @@ int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_
 			uuid4(r->run_id, sizeof(r->run_id));
 		else
 			snprintf(r->run_id, sizeof(r->run_id), "%s", o->rdzv_id);
-		snprintf(r->master_addr, sizeof(r->master_addr), "localhost");
-		snprintf(r->bind_addr, sizeof(r->bind_addr), "localhost");
+		/* rank 0's MASTER_ADDR as torch's RendezvousStoreInfo.build:
+		 * --local-addr, else socket.getfqdn(); the store binds there */
+		if (o->local_addr && *o->local_addr)
+			snprintf(r->master_addr, sizeof(r->master_addr), "%s", o->local_addr);
+		else
+			host_fqdn(r->master_addr, sizeof(r->master_addr));
+		snprintf(r->bind_addr, sizeof(r->bind_addr), "%s", r->master_addr);
 		r->ephemeral = true;
 		return 0;
 	}

@@ -4,8 +4,8 @@
  * The agent store. Node 0 (or the only node) hosts a TCPStore-compatible
  * server (lib/tcpstore, in its own thread) and the workers get
  * TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun:
- *  - --standalone: bound to "localhost" on a free port, a fresh one on every
- *    attempt; MASTER_ADDR=localhost.
+ *  - --standalone: on a free port, a fresh one on every attempt, bound to
+ *    MASTER_ADDR: --local-addr, else socket.getfqdn() (host_fqdn()).
  *  - static, one node: bound to --master-addr's address at --master-port
  *    (torchrun binds "::"; binding the given address keeps a default
  *    127.0.0.1 job off the network). --master-port=0 takes a free port. The
@@ -160,9 +160,6 @@ void rdzv_hostname(char *buf, size_t len);
 /* mpirun's slots of this node: the cores (not hardware threads) this
  * process may run on, at least 1. */
 unsigned rdzv_slots(void);
-
-/* socket.getfqdn(): the canonical name when it has a dot, else the host name. */
-void rdzv_fqdn(char *buf, size_t len);
 
 /* Python json.dumps of a string (ensure_ascii, with the quotes) into out. */
 void rdzv_json_str(const char *s, char *out, size_t len);

@@ -20,6 +20,7 @@
 #include "env.h"
 #include "events.h"
 #include "guard.h"
+#include "host.h"
 #include "logs.h"
 #include "numa.h"
 #include "pmix_srv.h"
@@ -70,6 +71,7 @@ struct job {
 	double deadline;
 	int signal_received;
 	double stop_timeout;
+	double barrier_timeout;   /* the exit barrier's wait, torch's 300 s by default */
 	bool info_log;
 	struct run_guard guard;
 	struct numa_plan numa; /* --numa-binding: each local rank's CPUs */
@@ -606,6 +608,23 @@ static void end_events(struct job *j, bool failed)
 /* The run ended by an error or a signal: the agent's FAILED. */
 static void failed_event(struct job *j, const char *why);
 
+/* As torchrun's @record on main when the launcher itself raises: the
+ * error goes to the launcher's own TORCHELASTIC_ERROR_FILE, if it has one. */
+static void record_own_failure(const struct job *j, const char *what)
+{
+	const char *parent = getenv("TORCHELASTIC_ERROR_FILE");
+	if (parent && *parent && failure_record_launcher(parent, what) == 0 && j->info_log)
+		logmsg('I', "recorded this launcher's error in %s", parent);
+}
+
+static void signal_exception(struct job *j)
+{
+	char why[96];
+	snprintf(why, sizeof(why), "SignalException: Process %d got signal: %d", (int)getpid(), j->signal_received);
+	fprintf(stderr, "%s\n", why);
+	record_own_failure(j, why);
+}
+
 static void signal_event(struct job *j)
 {
 	char why[96];
@@ -779,7 +798,7 @@ static void rdzv_signal_exit(struct job *j, int *status)
 	logmsg('W', "Received %d death signal during the rendezvous, shutting down", j->signal_received);
 	j->rdzv.no_grace = true;
 	if (j->started_once) {
-		fprintf(stderr, "SignalException: Process %d got signal: %d\n", (int)getpid(), j->signal_received);
+		signal_exception(j);
 		*status = 1;
 		return;
 	}
@@ -792,7 +811,8 @@ static void rdzv_signal_exit(struct job *j, int *status)
 
 int supervise_run(const struct run_opts *o)
 {
-	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .rdzv_sigfd = -1, .stop_timeout = 30.0, .dup_fd = {-1, -1}};
+	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .rdzv_sigfd = -1, .stop_timeout = 30.0,
+		.barrier_timeout = 300.0, .dup_fd = {-1, -1}};
 	struct dptp_err err = {0};
 	sigset_t set;
 	int status = 1, rc;
@@ -817,8 +837,31 @@ int supervise_run(const struct run_opts *o)
 			j.stop_timeout = (double)secs;
 		break;
 	}
+	if ((env = getenv("DPTP_RUN_EXIT_BARRIER_TIMEOUT")) && *env &&
+	    dptp_parse_double(env, 0, 86400, &j.barrier_timeout) < 0) {
+		fprintf(stderr, "dptp-run: error: invalid DPTP_RUN_EXIT_BARRIER_TIMEOUT '%s'\n", env);
+		return 2;
+	}
 	env = getenv("LOGLEVEL");
 	j.info_log = env && (!strcasecmp(env, "INFO") || !strcasecmp(env, "DEBUG"));
+	if (o->logs_specs) {
+		/* torch loads the entry point and raises ValueError without one;
+		 * dptp-run cannot load a Python class: it says so and goes on */
+		char msg[512];
+		if ((rc = env_logs_specs_known(o->logs_specs, &err)) == 1) {
+			fprintf(stderr, "dptp-run: warning: --logs-specs=%s is a Python entry point and is not loaded; the default layout under --log-dir is used\n",
+				o->logs_specs);
+		} else {
+			if (rc == 0)
+				snprintf(msg, sizeof(msg), "ValueError: Could not find entrypoint under 'torchrun.logs_specs[%s]' key",
+					 o->logs_specs);
+			else
+				snprintf(msg, sizeof(msg), "--logs-specs=%s: %s", o->logs_specs, err.msg);
+			fprintf(stderr, rc == 0 ? "%s\n" : "dptp-run: error: %s\n", msg);
+			record_own_failure(&j, msg);
+			return 1;
+		}
+	}
 
 	/* every signal we care about arrives through the signalfd; blocked
 	 * before PMIx starts its threads so that they inherit the mask */
@@ -898,7 +941,7 @@ int supervise_run(const struct run_opts *o)
 		if (r == ATT_OK && j.rdzv.multi) {
 			/* torchrun's exit barrier keeps node 0 (the store) up
 			 * until every node is done */
-			int b = rendezvous_exit_barrier(&j.rdzv, 300.0, &err);
+			int b = rendezvous_exit_barrier(&j.rdzv, j.barrier_timeout, &err);
 			if (b < 0)
 				logmsg('W', "exit barrier: %s", err.msg);
 			else if (b == 1) {
@@ -929,16 +972,18 @@ int supervise_run(const struct run_opts *o)
 			rendezvous_report_failure(&j.rdzv); /* the other nodes stop now, not on a lost heartbeat */
 			j.rdzv.no_grace = true;
 			signal_event(&j);
-			fprintf(stderr, "SignalException: Process %d got signal: %d\n", (int)getpid(), j.signal_received);
+			signal_exception(&j);
 			break;
 		}
 		if (r == ATT_ERROR) {
 			failed_event(&j, j.last_error);
+			record_own_failure(&j, j.last_error);
 			break;
 		}
 		if (j.lost[0]) { /* a static job cannot go on without a node */
 			end_events(&j, true);
 			fprintf(stderr, "dptp-run: error: %s; the job failed\n", j.lost);
+			record_own_failure(&j, j.lost);
 			break;
 		}
 		if (j.restart_count < o->max_restarts) {
@@ -953,7 +998,7 @@ int supervise_run(const struct run_opts *o)
 		}
 		end_events(&j, true);
 		char host[256];
-		rdzv_fqdn(host, sizeof(host));
+		host_fqdn(host, sizeof(host));
 		if (j.nfail) { /* none when only another node failed: it reports */
 			fputs("ChildFailedError: \n", stderr);
 			failure_report_write(stderr, j.cmd.entry_name, j.fail, j.nfail, host);

@@ -75,7 +75,7 @@ static void test_short_and_remainder(void **state)
 	run_opts_release(&o);
 }
 
-/* argparse removes one "--": the first after the script, unless one came before it */
+/* argparse removes one "--": one right after the script, unless one came before it */
 static void test_dashdash(void **state)
 {
 	struct run_opts o;
@@ -90,6 +90,17 @@ static void test_dashdash(void **state)
 	const char *b[] = {"--", "t.py", "--", "--x", NULL};
 	assert_int_equal(parse(&o, b), RUN_ARGS_OK);
 	assert_string_equal(o.script, "t.py");
+	assert_int_equal(o.nscript_args, 2);
+	assert_string_equal(o.script_args[0], "--");
+	run_opts_release(&o);
+	/* one further on is the script's (torchrun: "echo a -- b" prints "a -- b") */
+	const char *c[] = {"--no-python", "echo", "a", "--", "b", NULL};
+	assert_int_equal(parse(&o, c), RUN_ARGS_OK);
+	assert_int_equal(o.nscript_args, 3);
+	assert_string_equal(o.script_args[1], "--");
+	run_opts_release(&o);
+	const char *d[] = {"t.py", "--", "--", "b", NULL};
+	assert_int_equal(parse(&o, d), RUN_ARGS_OK);
 	assert_int_equal(o.nscript_args, 2);
 	assert_string_equal(o.script_args[0], "--");
 	run_opts_release(&o);
@@ -210,6 +221,15 @@ static void test_error_json(void **state)
 	free(msg);
 	assert_int_equal(failure_parse_error_json("", &msg, &ts), -1);
 	assert_null(msg);
+	/* an empty py_callstack is shown empty; an empty plain message is none */
+	assert_int_equal(failure_parse_error_json(
+		"{\"message\": {\"message\": \"m\", \"extraInfo\": {\"py_callstack\": \"\", \"timestamp\": 3}}}",
+		&msg, &ts), 0);
+	assert_string_equal(msg, "");
+	free(msg);
+	assert_int_equal(failure_parse_error_json("{\"message\": \"\", \"timestamp\": 3}", &msg, &ts), 0);
+	assert_null(msg);
+	assert_int_equal(ts, 3);
 }
 
 static void test_error_json_code(void **state)
@@ -280,7 +300,7 @@ static void test_unsupported_warned(void **state)
 		"--event-log-handler=console", "--duplicate-stderr-filters=E", "t.py", NULL};
 	assert_int_equal(run_args_parse(&o, 8, a, m, m), RUN_ARGS_OK);
 	fclose(m);
-	static const char *const want[] = {"--logs-specs=x ", "--rdzv-backend=etcd:"};
+	static const char *const want[] = {"--rdzv-backend=etcd:"};
 	for (size_t i = 0; i < DPTP_ARRAY_LEN(want); i++) {
 		const char *hit = strstr(buf, want[i]);
 		assert_non_null(hit);
@@ -288,6 +308,7 @@ static void test_unsupported_warned(void **state)
 	}
 	assert_null(strstr(buf, "stdout"));
 	assert_null(strstr(buf, "numa")); /* acted on: no warning */
+	assert_null(strstr(buf, "logs-specs")); /* looked up when the run starts */
 	assert_null(strstr(buf, "duplicate"));
 	assert_null(strstr(buf, "event"));
 	run_opts_release(&o);

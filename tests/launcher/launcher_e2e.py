@@ -234,6 +234,7 @@ def case_error_file_shapes():
         ('{"message": {"extraInfo": {"timestamp": 7}}}', "<N/A>"),
         ('{"message": "plain", "timestamp": 7}', "plain"),
         ('{"message": "plain, no timestamp"}', "plain, no timestamp"),
+        ('{"message": {"message": "M", "extraInfo": {"py_callstack": "", "timestamp": 7}}}', ""),
         ('{"message": ""}', "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"),
         ("", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"),
         ("not json", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"),
@@ -250,7 +251,7 @@ def case_error_file_shapes():
             check("  traceback : " + shown + "\n" in rep + "\n", "shape %r:\n%s" % (text, rep))
             # a file it could read is named, else <N/A>
             named = "error_file: <N/A>" not in rep
-            check(named == (i < 7), "shape %r error_file line:\n%s" % (text, rep))
+            check(named == (i < 8), "shape %r error_file line:\n%s" % (text, rep))
 
 
 def case_master_addr_v6():
@@ -285,6 +286,12 @@ def case_run_path():
         check(re.search(r"traceback : Traceback \(most recent call last\):\n(  .*\n)*"
                         r"    File \"%s\", line 3, in m\n(  .*\n)*  ValueError: boom X\n" % re.escape(script), rep + "\n"),
               rep)
+        # --run-path wins over -m and --no-python, as torch's config_from_args
+        with open(os.path.join(d, "x.py"), "w") as f:
+            f.write("print('ran the path')\n")
+        for extra in (["-m"], ["--no-python", "-m"]):
+            rc, out, err = run(["--run-path"] + extra + [os.path.join(d, "x.py")])
+            check(rc == 0 and out == "ran the path\n", "%s: rc %d %s %s" % (extra, rc, out, err))
 
 
 def case_restart():
@@ -558,6 +565,9 @@ def case_python_worker():
         # argparse's "--" after the module is not the module's
         rc, out, err = run(["-m", "mod", "--", "--depth=20", "--", "b"], env=base_env(PYTHONPATH=d))
         check(rc == 0 and out.splitlines() == ["mod 0 __main__ --depth=20 -- b"], out + err)
+        # only the one right after the script (torchrun: "a -- b")
+        rc, out, err = run(["--no-python", "echo", "a", "--", "b"])
+        check(rc == 0 and out == "a -- b\n", out + err)
         # the interpreter: PYTHON_EXEC, else the active virtual environment's
         venv = os.path.join(d, "venv")
         os.makedirs(venv + "/bin")
@@ -666,6 +676,98 @@ def case_twonode_env():
     (rc0, o0, e0), (rc1, o1, e1) = two_nodes(["--no-python", PMIX_CLIENT], ["--no-python", PMIX_CLIENT])
     check(rc0 == 0 and rc1 == 0, "pmix rc %d/%d: %s %s" % (rc0, rc1, e0, e1))
     check(sorted((o0 + o1).splitlines()) == ["pmix ok rank %d of 4" % r for r in range(4)], o0 + o1)
+
+
+def case_twonode_exit_barrier():
+    # node 0's worker is done long before node 1 (a torchrun agent, played
+    # here with the bytes of the static_2node capture, that never reaches the
+    # barrier): the barrier times out with one warning naming it once
+    sys.path.insert(0, HERE)
+    from store_probe import Store
+    port = free_port()
+    node0 = subprocess.Popen([RUN, "--nnodes=2", "--node-rank=0", "--nproc-per-node=1", "--master-addr=127.0.0.1",
+                              "--master-port=%d" % port, "--rdzv-conf=timeout=30", "--no-python", "true"],
+                             env=base_env(DPTP_RUN_EXIT_BARRIER_TIMEOUT="1"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    agent = Store("127.0.0.1", port)
+    agent.set("none/torchelastic/role_info/1", '{"role": "default", "rank": 1, "local_world_size": 1}')
+    check(agent.get("none/torchelastic/assigned_ranks/1") == b"[1, 2, 1, 2]", "assigned ranks")
+    import threading
+    hang_up = threading.Timer(2.5, agent.s.close)  # after node 0's barrier, so that it need not wait 5 s more
+    hang_up.start()
+    try:
+        out, err = node0.communicate(timeout=30)
+    finally:
+        hang_up.cancel()
+        agent.s.close()
+    check(node0.returncode == 0, "node 0 rc %d: %s" % (node0.returncode, err))
+    check(re.search(r"^W.* exit barrier: not every node finished within 1 s$", err, re.M), err)
+    check("exit barrier: exit barrier" not in err, err)
+    rc, out, err = run(["--no-python", "true"], env=base_env(DPTP_RUN_EXIT_BARRIER_TIMEOUT="soon"))
+    check(rc == 2 and "invalid DPTP_RUN_EXIT_BARRIER_TIMEOUT 'soon'" in err, err)
+
+
+def case_own_error_file():
+    # as torchrun's @record on its main: the launcher's own failures (not
+    # only its workers') land in its TORCHELASTIC_ERROR_FILE
+    with tempfile.TemporaryDirectory() as d:
+        ef = os.path.join(d, "launcher_error.json")
+
+        def recorded():
+            with open(ef) as f:
+                msg = json.load(f)["message"]
+            os.unlink(ef)
+            check(msg["extraInfo"]["py_callstack"] == msg["message"] + "\n" and
+                  int(msg["extraInfo"]["timestamp"]) > 0, msg)
+            return msg["message"]
+
+        # a rendezvous that times out
+        rc, out, err = run(["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:%d" % free_port(),
+                            "--rdzv-conf=join_timeout=1", "--no-python", "true"],
+                           env=base_env(TORCHELASTIC_ERROR_FILE=ef))
+        check(rc == 1, "rc %d %s" % (rc, err))
+        check(recorded() == "RendezvousTimeoutError: joining of the rendezvous 'none' timed out", err)
+        # a signal while the workers run
+        p = subprocess.Popen([RUN, "--no-python", "sh", "-c", "echo up; exec sleep 30"],
+                             env=base_env(TORCHELASTIC_ERROR_FILE=ef), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        check(p.stdout.readline() == "up\n", "worker did not start")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        check(p.returncode == 1, "rc %d %s" % (p.returncode, err))
+        check(recorded() == "SignalException: Process %d got signal: 15" % p.pid, err)
+        # --logs-specs: torch raises ValueError for a name that is no entry point
+        rc, out, err = run(["--logs-specs", "nosuch", "--no-python", "true"], env=base_env(TORCHELASTIC_ERROR_FILE=ef))
+        want = "ValueError: Could not find entrypoint under 'torchrun.logs_specs[nosuch]' key"
+        check(rc == 1 and err.strip().splitlines()[-1] == want, "rc %d %s" % (rc, err))
+        check(recorded() == want, err)
+        # one that is: dptp-run cannot load it, says so and runs
+        dist = os.path.join(d, "site", "myspecs-1.0.dist-info")
+        os.makedirs(dist)
+        with open(os.path.join(dist, "METADATA"), "w") as f:
+            f.write("Metadata-Version: 2.1\nName: myspecs\nVersion: 1.0\n")
+        with open(os.path.join(dist, "entry_points.txt"), "w") as f:
+            f.write("[torchrun.logs_specs]\nmine = myspecs:Specs\n")
+        rc, out, err = run(["--logs-specs", "mine", "--no-python", "echo", "ran"],
+                           env=base_env(PYTHONPATH=os.path.join(d, "site"), TORCHELASTIC_ERROR_FILE=ef))
+        check(rc == 0 and out == "ran\n" and "--logs-specs=mine is a Python entry point and is not loaded" in err,
+              "rc %d %s %s" % (rc, out, err))
+        check(not os.path.exists(ef), "an error file after a run that succeeded")
+
+
+def case_host_names():
+    # one FQDN, Python's socket.getfqdn(), for the report's host line and
+    # --standalone's MASTER_ADDR; --local-addr overrides the latter
+    fqdn = subprocess.run([sys.executable, "-c", "import socket; print(socket.getfqdn())"], capture_output=True,
+                          text=True).stdout.strip()
+    check(fqdn, "no FQDN from Python")
+    rc, out, err = run(["--standalone", "--no-python", "sh", "-c", "echo $MASTER_ADDR"])
+    check(rc == 0 and out == fqdn + "\n", "%r vs %r: %s" % (out, fqdn, err))
+    rc, out, err = run(["--standalone", "--local-addr=127.0.0.1", "--no-python", "sh", "-c",
+                        "echo $MASTER_ADDR; exec %s %s check" % (sys.executable, PROBE)])
+    check(rc == 0 and out.splitlines() == ["127.0.0.1", "store ok rank 0 of 1"], "%s %s" % (out, err))
+    rc, out, err = run(["--no-python", "sh", "-c", "exit 3"])
+    check(rc == 1 and "  host      : %s\n" % fqdn in report_of(err), err)
 
 
 def case_twonode_fail():
