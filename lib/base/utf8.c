@@ -1,5 +1,5 @@
 /* Strict UTF-8 (see utf8.h). */
-#include "utf8.h"
+#include "base/utf8.h"
 
 size_t dptp_utf8_next(const uint8_t *p, size_t n, unsigned flags, uint32_t *cp)
 {
