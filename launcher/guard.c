@@ -5,12 +5,16 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "plane/shm.h"
 
 /* One record per write, smaller than PIPE_BUF, so writes never interleave.
  * 'd' is followed by pgid bytes of a path (in the same write). */
@@ -20,6 +24,8 @@ struct rec {
 };
 
 enum { GUARD_MAX = 4096, GUARD_PATH = 1024, GUARD_DIRS = 2 };
+/* how long the guard waits for the killed groups to go: 300 x 10 ms */
+enum { GUARD_WAIT_STEPS = 300, GUARD_WAIT_STEP_NS = 10000000 };
 
 struct linux_dirent64 {
 	uint64_t d_ino;
@@ -58,8 +64,61 @@ static void rm_below(int dfd, int depth)
 	}
 }
 
+/* Whether a process of the groups pg[0..n) is still running (a zombie has
+ * let go of its files and locks, and the orphans' reaper may take seconds
+ * to take it): every /proc/<pid>/stat, system calls only. Without /proc,
+ * kill(2) answers, zombies included. */
+static bool groups_running(const pid_t *pg, size_t n)
+{
+	char buf[4096], st[512];
+	long got;
+	bool running = false;
+	if (!n)
+		return false;
+	int dfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		for (size_t i = 0; i < n && !running; i++)
+			running = kill(-pg[i], 0) == 0;
+		return running;
+	}
+	while (!running && (got = syscall(SYS_getdents64, dfd, buf, sizeof(buf))) > 0) {
+		for (long off = 0; off < got && !running;) {
+			struct linux_dirent64 *d = (struct linux_dirent64 *)(buf + off);
+			off += d->d_reclen;
+			if (d->d_name[0] < '1' || d->d_name[0] > '9')
+				continue;
+			int pd = openat(dfd, d->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			int fd = pd < 0 ? -1 : openat(pd, "stat", O_RDONLY | O_CLOEXEC);
+			ssize_t k = fd < 0 ? -1 : read(fd, st, sizeof(st) - 1);
+			if (pd >= 0)
+				close(pd);
+			if (fd >= 0)
+				close(fd);
+			if (k <= 0)
+				continue;
+			st[k] = '\0';
+			/* "pid (comm) S ppid pgrp ...": comm may hold ") " */
+			const char *p = strrchr(st, ')');
+			if (!p || p[1] != ' ' || !p[2] || p[2] == 'Z' || p[2] == 'X')
+				continue;
+			for (p += 3; *p == ' '; p++)
+				;
+			while (*p && *p != ' ')
+				p++; /* ppid */
+			long pgrp = 0;
+			for (p++; *p >= '0' && *p <= '9'; p++)
+				pgrp = pgrp * 10 + (*p - '0');
+			for (size_t i = 0; i < n && !running; i++)
+				running = pg[i] == pgrp;
+		}
+	}
+	close(dfd);
+	return running;
+}
+
 /* Runs in the forked child of a possibly multi-threaded launcher: only
- * async-signal-safe calls (read, kill, close_range, sigaction, _exit). */
+ * async-signal-safe calls (read, kill, close_range, sigaction, nanosleep,
+ * the system calls of dptp_shm_sweep, _exit). */
 __attribute__((noreturn))
 static void guard_main(int rfd)
 {
@@ -109,6 +168,16 @@ static void guard_main(int rfd)
 	}
 	for (size_t i = 0; i < n; i++)
 		kill(-pg[i], SIGKILL);
+	/* a worker killed in its setup leaves its /dev/shm names, unlocked
+	 * once it has exited: removed (with every other dead job's) once the
+	 * groups are gone, bounded (a process stuck in the kernel) */
+	for (int t = 0; t < GUARD_WAIT_STEPS; t++) {
+		bool running = groups_running(pg, n);
+		dptp_shm_sweep();
+		if (!running)
+			break;
+		nanosleep(&(struct timespec){.tv_nsec = GUARD_WAIT_STEP_NS}, NULL);
+	}
 	for (size_t i = 0; i < nd; i++) {
 		const char *dir = dirs[i];
 		int dfd = dir[0] ? open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;

@@ -5,8 +5,10 @@
  * itself but not what the worker started; the guard holds the read end of a
  * pipe whose only writer is the launcher, and the kernel closes that end
  * when the launcher dies, however it dies. The guard then also removes the
- * launcher's private PMIx tmpdir and /dev/shm folder, so that nothing is
- * left behind. */
+ * launcher's private PMIx tmpdir and /dev/shm folder, and, once the killed
+ * groups are gone (3 s at most), every /dev/shm name of a dead job
+ * (plane/shm.h: the slots its workers held), so that nothing is left
+ * behind. */
 #ifndef DPTP_LAUNCHER_GUARD_H
 #define DPTP_LAUNCHER_GUARD_H
 

@@ -26,6 +26,7 @@
 #include "pmix_srv.h"
 #include "rendezvous.h"
 #include "failure.h"
+#include "plane/shm.h"
 #include "spawn.h"
 #include "xnode.h"
 
@@ -784,6 +785,9 @@ error:
 out:
 	xnode_stop(j->xn);
 	j->xn = NULL;
+	/* the workers are gone: a slot one held when it was stopped (or
+	 * died) in its setup goes too, as does any other dead job's */
+	dptp_shm_sweep();
 	free(attempt_dir);
 	return res;
 }

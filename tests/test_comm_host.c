@@ -18,6 +18,7 @@
 
 #include "one_rank.h"
 #include "plane/comm.h"
+#include "plane/shm.h"
 
 struct fixture {
 	struct one_rank j;
@@ -128,10 +129,11 @@ static bool exists(const char *name, const char *marker)
 	return n >= 0;
 }
 
-/* Each attempt names its slots with its own nonce: dead earlier attempts'
- * slots (of any rank; unsized ones once a minute old) are removed, one
- * whose owner still holds it or is between creating and sizing it is not
- * touched, and this attempt's own name is gone once created. */
+/* Each attempt names its slots with its own nonce, and the slots of every
+ * job whose owner is gone are removed: dead ones (of any attempt, any job;
+ * unsized ones once a minute old), never one whose owner still holds it or
+ * is between creating and sizing it; this attempt's own name is gone once
+ * created. */
 static void test_stale_attempts(void **state)
 {
 	struct one_rank j;
@@ -151,7 +153,7 @@ static void test_stale_attempts(void **state)
 	snprintf(path, sizeof(path), "/dev/shm%s", old);
 	assert_int_equal(utimensat(AT_FDCWD, path, past, 0), 0); /* its owner died a while ago */
 	plant(job, 0x44, 7, 4096, false, other);
-	plant(job2, 0x11, 0, 4096, false, foreign); /* another job's: never ours to remove */
+	plant(job2, 0x11, 0, 4096, false, foreign); /* another job's, dead: removed too */
 	dptp_comm_host_slot_name(mine, sizeof(mine), job, 0x55, 0);
 	assert_int_equal(dptp_comm_host_create(&c, &j.x, host_of, 4096, 0x55, &err), 0);
 	assert_false(exists(dead, NULL));
@@ -159,7 +161,7 @@ static void test_stale_attempts(void **state)
 	assert_true(exists(young, NULL));
 	assert_false(exists(old, NULL));
 	assert_false(exists(other, NULL));
-	assert_true(exists(foreign, "stale"));
+	assert_false(exists(foreign, NULL));
 	assert_false(exists(mine, NULL));
 	dptp_comm_destroy(c);
 	close(lk); /* the owner of "alive" dies: the next attempt removes it */
@@ -167,8 +169,54 @@ static void test_stale_attempts(void **state)
 	assert_false(exists(alive, NULL));
 	dptp_comm_destroy(c);
 	shm_unlink(young);
-	shm_unlink(foreign);
 	one_rank_release(&j);
+}
+
+/* A name made locked is sized and held from its first moment; it exists
+ * once; the sweep leaves it alone while it is held (whatever the name's
+ * form: a resources segment too) and removes it once its holder has closed
+ * it; names of other forms are never touched. Another user's dead name stays
+ * (root only: made and owned by uid 65534). */
+static void test_shm_locked(void **state)
+{
+	char seg[96], stranger[96], theirs[96];
+	snprintf(seg, sizeof(seg), "/dptp-res-%016llx-host-tp0-dp0", (unsigned long long)getpid() * 0x9e3779b97f4a7c15ULL);
+	snprintf(stranger, sizeof(stranger), "/dptp-notours-%d", (int)getpid());
+	snprintf(theirs, sizeof(theirs), "/dptp-%016llx-%016llx-9", 0x5eedULL + (unsigned long long)getpid(), 7ULL);
+	int fd = dptp_shm_create_locked(seg, 8192);
+	assert_true(fd >= 0);
+	assert_int_equal(dptp_shm_create_locked(seg, 8192), -EEXIST);
+	int peer = shm_open(seg, O_RDONLY | O_CLOEXEC, 0);
+	struct stat st;
+	assert_true(peer >= 0);
+	assert_int_equal(fstat(peer, &st), 0);
+	assert_int_equal(st.st_size, 8192);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	assert_int_equal(flock(peer, LOCK_EX | LOCK_NB), -1); /* held */
+	int junk = shm_open(stranger, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	assert_true(junk >= 0);
+	assert_int_equal(ftruncate(junk, 4096), 0);
+	close(junk);
+	bool root = geteuid() == 0;
+	if (root) {
+		int t = shm_open(theirs, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		assert_true(t >= 0);
+		assert_int_equal(ftruncate(t, 4096), 0);
+		assert_int_equal(fchown(t, 65534, 65534), 0);
+		close(t);
+	}
+	dptp_shm_sweep();
+	assert_true(exists(seg, NULL));
+	close(fd); /* its owner dies */
+	dptp_shm_sweep();
+	assert_false(exists(seg, NULL));
+	assert_true(exists(stranger, NULL));
+	if (root) {
+		assert_true(exists(theirs, NULL));
+		shm_unlink(theirs);
+	}
+	shm_unlink(stranger);
+	close(peer);
 }
 
 int main(void)
@@ -178,6 +226,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_capacity, setup, teardown),
 		cmocka_unit_test(test_reduce_sum),
 		cmocka_unit_test(test_stale_attempts),
+		cmocka_unit_test(test_shm_locked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

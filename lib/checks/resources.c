@@ -30,6 +30,7 @@
 
 #include "checks/check.h"
 #include "checks/ctx.h"
+#include "plane/shm.h"
 
 #define PAYLOAD_WORDS 1024
 #define SEG_MAGIC 0x6470747072657321ULL /* "dptpres!" */
@@ -64,6 +65,7 @@ struct state {
 	int sock, port, bind_errno;
 	int create_errno;  /* of the O_EXCL creation, creators only */
 	bool created;
+	int seg_fd;        /* the creator's, locked until the name is gone (plane/shm.h) */
 	int open_errno;    /* of the member's open by name */
 	struct seg got;    /* the header and payload as a member read them */
 	struct claim *claims;
@@ -175,6 +177,7 @@ static int resources_prepare(struct dptp_ctx *c, void *state, struct dptp_err *e
 {
 	struct state *s = state;
 	s->sock = -1;
+	s->seg_fd = -1;
 	s->claims = calloc((size_t)c->layout.world, sizeof(*s->claims));
 	if (!s->claims)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
@@ -213,18 +216,16 @@ static void take_port(struct dptp_ctx *c, struct state *s)
 
 static void create_segment(const struct dptp_ctx *c, struct state *s)
 {
-	int fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	int fd = dptp_shm_create_locked(s->name, sizeof(struct seg));
 	if (fd < 0) {
-		s->create_errno = errno;
+		s->create_errno = -fd;
 		return;
 	}
 	s->created = true;
-	struct seg *m = MAP_FAILED;
-	if (ftruncate(fd, sizeof(struct seg)) == 0)
-		m = mmap(NULL, sizeof(struct seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	s->seg_fd = fd;
+	struct seg *m = mmap(NULL, sizeof(struct seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (m == MAP_FAILED) {
 		s->create_errno = errno;
-		close(fd);
 		return;
 	}
 	m->magic = SEG_MAGIC;
@@ -235,7 +236,6 @@ static void create_segment(const struct dptp_ctx *c, struct state *s)
 		m->payload[i] = payload_word(c->p.seed, s->dp, i); /* chosen by the derived DP index */
 	m->sum = checksum(m->payload);
 	munmap(m, sizeof(struct seg));
-	close(fd);
 }
 
 static void read_segment(struct state *s)
@@ -356,6 +356,8 @@ static void resources_release(struct dptp_ctx *c, void *state)
 		close(s->sock);
 	if (s->created)
 		shm_unlink(s->name);
+	if (s->seg_fd >= 0)
+		close(s->seg_fd); /* after the name: "alive" until it is gone */
 	free(s->claims);
 }
 

@@ -41,8 +41,8 @@ struct dptp_comm {
 /* host_of[r]: a host index per global rank (ranks with equal values share
  * memory). capacity: the largest buffer any op will move. attempt: a nonce
  * every rank passes the same value of, new for each attempt of the job (it
- * names the /dev/shm slots; a slot of an earlier attempt whose owner is
- * gone is removed). Collective. */
+ * names the /dev/shm slots; the slots of any job whose owner is gone are
+ * removed, see plane/shm.h). Collective. */
 int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const int *host_of,
 			  size_t capacity, uint64_t attempt, struct dptp_err *err);
 /* A rank's slot name, "/dptp-<hash of job>-<attempt, 16 hex>-<rank>". */

@@ -8,23 +8,21 @@
  * whole attempt agreed on (rank 0's, learned with the peers), so a killed
  * earlier attempt of the same job (same run id, address and port) never
  * shares a name with this one: it cannot make our create fail, and nothing
- * of it is ever opened here. */
+ * of it is ever opened here. Each slot is locked by its owner from before
+ * its name exists (plane/shm.h): a slot nobody holds is a dead job's, and
+ * the host's first rank removes those of every job. */
 #include "plane/comm.h"
+#include "plane/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <linux/futex.h>
 #include <limits.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -337,47 +335,6 @@ void dptp_comm_host_slot_name(char *buf, size_t n, const char *job, uint64_t att
 		 (unsigned long long)attempt, rank);
 }
 
-/* An unsized slot is young (its owner is between creating and locking it)
- * for this long; past it, unlocked, its owner died in between. */
-#define SLOT_YOUNG_S 60
-
-/* Removes the slots of other attempts of the same job whose owner is gone:
- * "dptp-<job>-<other attempt>-<rank>", ours, not locked, and sized (or
- * unsized for SLOT_YOUNG_S). An owner locks its slot before it sizes it and
- * holds the lock until it has unlinked the name, and the lock goes with its
- * process, so a live earlier attempt (or one of another container sharing
- * /dev/shm) keeps its slots, and this attempt never opens them for
- * anything else. Any rank may remove any rank's: an attempt's ranks all
- * skip that attempt's names. */
-static void sweep_stale(const char *job, uint64_t attempt)
-{
-	char pre[64];
-	snprintf(pre, sizeof(pre), "dptp-%016llx-", (unsigned long long)job_hash(job));
-	DIR *d = opendir("/dev/shm");
-	if (!d)
-		return;
-	size_t lp = strlen(pre);
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		const char *nm = e->d_name, *rk = nm + lp + 17;
-		if (strncmp(nm, pre, lp) || strlen(nm) < lp + 18 || strspn(nm + lp, "0123456789abcdef") != 16 ||
-		    rk[-1] != '-' || strspn(rk, "0123456789") != strlen(rk) ||
-		    strtoull(nm + lp, NULL, 16) == attempt)
-			continue;
-		char path[300];
-		snprintf(path, sizeof(path), "/%s", nm);
-		int fd = shm_open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
-		struct stat st;
-		if (fd < 0)
-			continue;
-		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-		    (st.st_size > 0 || st.st_mtime < time(NULL) - SLOT_YOUNG_S) && flock(fd, LOCK_EX | LOCK_NB) == 0)
-			shm_unlink(path);
-		close(fd);
-	}
-	closedir(d);
-}
-
 int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const int *host_of,
 			  size_t capacity, uint64_t attempt, struct dptp_err *err)
 {
@@ -403,25 +360,26 @@ int dptp_comm_host_create(struct dptp_comm **out, struct dptp_exchange *x, const
 	if (!h->cap)
 		h->cap = 4096;
 
-	sweep_stale(b->job_id, attempt);
+	/* slots (of any job) whose owner is gone: the host's first rank
+	 * removes them, so that a killed job's leave no trace for long */
+	int first = 0;
+	while (host_of[first] != host_of[b->rank])
+		first++;
+	if (first == b->rank)
+		dptp_shm_sweep();
 	dptp_comm_host_slot_name(name, sizeof(name), b->job_id, attempt, b->rank);
-	int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0 && errno == EEXIST) {
+	/* locked before its name exists, held (fd open) until the name is
+	 * gone: "alive" to every sweep */
+	int fd = dptp_shm_create_locked(name, (off_t)(h->cap + HOST_BAR_BYTES));
+	if (fd == -EEXIST) {
 		/* this job's, this attempt's and this rank's name: no live
 		 * process of another attempt can hold it; remove it and create
 		 * afresh */
 		shm_unlink(name);
-		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		fd = dptp_shm_create_locked(name, (off_t)(h->cap + HOST_BAR_BYTES));
 	}
-	/* the lock says "alive" to sweep_stale() of later attempts: taken
-	 * before the slot has a size, held (fd open) until the name is gone */
-	if (fd < 0) {
-		rc = dptp_err_set(err, -errno, "shm_open('%s'): %s", name, strerror(errno));
-	} else if (flock(fd, LOCK_EX) < 0) {
-		rc = dptp_err_set(err, -errno, "flock('%s'): %s", name, strerror(errno));
-	} else if (ftruncate(fd, (off_t)(h->cap + HOST_BAR_BYTES)) < 0) {
-		rc = dptp_err_set(err, -errno, "ftruncate('%s', %zu): %s", name, h->cap, strerror(errno));
-	}
+	if (fd < 0)
+		rc = dptp_err_set(err, fd, "creating '%s' (%zu bytes): %s", name, h->cap + HOST_BAR_BYTES, strerror(-fd));
 	/* one host for the whole job: the rounds can meet in rank 0's page */
 	bool single = b->size <= (int)HOST_BAR_MAX;
 	for (int r = 0; r < b->size; r++)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a killed dptp-run leaves behind (issue 24 items 3 and 4).
 
-usage: leftovers.py --run DPTP_RUN --check DPTP_CHECK [--only CASE[,CASE]]
+usage: leftovers.py --run DPTP_RUN --check DPTP_CHECK --preload stall_in_setup.so [--only CASE[,CASE]]
 
 Cases:
   guard_race   dptp-run is stopped (ptrace, PTRACE_EVENT_VFORK_DONE) the
@@ -12,6 +12,19 @@ Cases:
                worker runs (it learnt it after vfork returned: the window a
                loaded machine opens at random, here held open). Skipped
                (exit 77) where ptrace is not allowed.
+  shm_kill     4 ranks of dptp-check --tokens 4096 (64 MiB slots) under
+  shm_term     dptp-run; rank 3 stops itself in the host plane's setup
+               (--preload stall_in_setup.so) once every rank has named its
+               slot in /dev/shm, the others wait for it there; dptp-run is
+               SIGKILLed (its guard must remove the slots, 5 s at most) or
+               SIGTERMed (gone when it exits). 0 slots of the job left.
+  shm_sweep    dptp-check (one rank) removes the /dev/shm names of dead
+               jobs (slots and resources segments, sized and unlocked, or
+               unsized and older than a minute), never a live job's
+               (locked: content, inode and times unchanged), nor one
+               unsized and young (its owner may be between creating and
+               locking it), nor another user's; as root, the same as uid
+               nobody (setpriv) while root's names are there.
 Prints one line per case; exit 1 on any failure.
 """
 import argparse
@@ -25,7 +38,8 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from faults import alive  # noqa: E402
+from attacks import HOLD_SLOT  # noqa: E402
+from faults import alive, proc_state  # noqa: E402
 from security import free_port  # noqa: E402
 
 ARGS = None
@@ -162,15 +176,164 @@ def case_guard_race():
             kill_all(tagged(tag))
 
 
+def job_prefix(launcher_pid, restart=0):
+    """The slots' name prefix of dptp-run's attempt (its PMIx namespace,
+    hashed as lib/plane/comm_host.c does)."""
+    h = 1469598103934665603
+    for ch in ("dptp-run.%d.%d" % (launcher_pid, restart)).encode():
+        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return "dptp-%016x-" % h
+
+
+def shm_names(prefix):
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
+
+
+def wait_for(cond, limit):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return cond()
+
+
+def shm_killed(case, sig):
+    tag = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(job_env(tag, tmp), LD_PRELOAD=ARGS.preload, DPTP_TEST_SETUP_STALL_RANK="3",
+                   DPTP_RUN_STOP_TIMEOUT="2")
+        p = subprocess.Popen([ARGS.run, "--nproc-per-node=4", "--no-python", ARGS.check, "--dp", "2", "--tp", "2",
+                              "--tokens", "4096", "--timeout", "60"], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        prefix = job_prefix(p.pid)
+        try:
+            def stalled():
+                return len(shm_names(prefix)) == 4 and any(
+                    proc_state(w) == "T" for w in tagged(tag, exclude=(p.pid,)))
+            if not wait_for(stalled, 60):
+                fail(case, "the job never stood in its setup with 4 slots (%s): %s" % (
+                    shm_names(prefix), p.stderr.read()[-300:] if p.poll() is not None else "running"))
+                return
+            held = shm_names(prefix)
+            mib = sum(os.stat("/dev/shm/" + n).st_size for n in held) >> 20
+            t0 = time.monotonic()
+            os.kill(p.pid, sig)
+            p.communicate(timeout=60)
+            t_exit = time.monotonic()
+            # SIGTERM: dptp-run itself, before it exits; SIGKILL: its guard
+            wait_for(lambda: not shm_names(prefix), 0 if sig == signal.SIGTERM else 5)
+            left = shm_names(prefix)
+            if left:
+                fail(case, "%d of the %d slots (%d MiB) left after dptp-run's %s: %s" % (
+                    len(left), len(held), mib, signal.Signals(sig).name, left))
+            else:
+                print("ok %s: %d slots (%d MiB) of ranks stopped in setup gone %.0f ms after %s (dptp-run exit %d "
+                      "after %.0f ms)" % (case, len(held), mib, (time.monotonic() - t0) * 1e3,
+                                          signal.Signals(sig).name, p.returncode, (t_exit - t0) * 1e3), flush=True)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+            kill_all(tagged(tag))
+            for n in shm_names(prefix):
+                os.unlink("/dev/shm/" + n)
+
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+
+
+def plant(name, size, as_nobody=False, old=False):
+    path = "/dev/shm/" + name
+    code = "import os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600); " \
+           "os.ftruncate(fd, int(sys.argv[2]))"
+    subprocess.run((AS_NOBODY if as_nobody else []) + [sys.executable, "-c", code, path, str(size)], check=True)
+    if old:
+        t = time.time() - 120
+        os.utime(path, (t, t))
+    return path
+
+
+def snapshot(path):
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    with open(path, "rb") as f:
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid, f.read(8))
+
+
+def one_rank(as_nobody=False):
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "RANK", "LOCAL_RANK", "WORLD_SIZE", "PMIX_NAMESPACE", "MASTER_ADDR", "MASTER_PORT", "LD_PRELOAD")}
+    return subprocess.run((AS_NOBODY if as_nobody else []) + [ARGS.check, "--tokens", "8", "--hidden", "64",
+                                                              "--timeout", "20"],
+                          env=env, cwd="/", capture_output=True, text=True, timeout=60)
+
+
+def case_shm_sweep():
+    case = "shm_sweep"
+    rnd = lambda: os.urandom(8).hex()  # noqa: E731
+    root = os.geteuid() == 0
+    paths, problems = [], []
+    live = "/dev/shm/dptp-%s-%s-1" % (rnd(), rnd())
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_SLOT, live], stdout=subprocess.PIPE, text=True)
+    try:
+        if holder.stdout.readline().strip() != "ready":
+            return fail(case, "could not make a live slot %s" % live)
+        dead = {"slot": plant("dptp-%s-%s-0" % (rnd(), rnd()), 1 << 20),
+                "resources segment": plant("dptp-res-%s-host-tp0-dp0" % rnd(), 4096),
+                "unsized old slot": plant("dptp-%s-%s-2" % (rnd(), rnd()), 0, old=True)}
+        kept = {"live slot": live, "unsized young slot": plant("dptp-%s-%s-3" % (rnd(), rnd()), 0)}
+        if root:
+            kept["uid nobody's dead slot"] = plant("dptp-%s-%s-0" % (rnd(), rnd()), 4096, as_nobody=True)
+        paths = list(dead.values()) + list(kept.values())
+        before = {k: snapshot(v) for k, v in kept.items()}
+        r = one_rank()
+        if r.returncode:
+            problems.append("dptp-check exits %d: %s" % (r.returncode, r.stderr[-300:]))
+        problems += ["the dead job's %s %s is still there" % (k, v) for k, v in dead.items() if os.path.exists(v)]
+        problems += ["the %s %s was touched" % (k, v) for k, v in kept.items() if snapshot(v) != before[k]]
+        if root:
+            # uid nobody's dptp-check: its own dead slot goes, root's stay
+            mine = plant("dptp-%s-%s-0" % (rnd(), rnd()), 4096, as_nobody=True)
+            roots = plant("dptp-%s-%s-0" % (rnd(), rnd()), 4096)
+            paths += [mine, roots]
+            before = {k: snapshot(v) for k, v in kept.items() if "nobody" not in k}
+            before["root's dead slot"] = snapshot(roots)
+            r = one_rank(as_nobody=True)
+            if r.returncode:
+                problems.append("uid nobody's dptp-check exits %d: %s" % (r.returncode, r.stderr[-300:]))
+            if os.path.exists(mine):
+                problems.append("uid nobody's dptp-check left its own dead slot %s" % mine)
+            after = {k: snapshot(kept[k] if k in kept else roots) for k in before}
+            problems += ["uid nobody's dptp-check touched the %s" % k for k in before if after[k] != before[k]]
+    finally:
+        holder.kill()
+        holder.wait()
+        for f in paths + [live]:
+            if os.path.exists(f):
+                os.unlink(f)
+    if problems:
+        fail(case, "; ".join(problems))
+    else:
+        print("ok %s: a dead job's slot, resources segment and old unsized slot removed; the live, young and "
+              "other user's left as they were%s" % (case, "; the same as uid nobody" if root else
+                                                    " (not root: no other user)"), flush=True)
+
+
 CASES = {
     "guard_race": case_guard_race,
+    "shm_kill": lambda: shm_killed("shm_kill", signal.SIGKILL),
+    "shm_term": lambda: shm_killed("shm_term", signal.SIGTERM),
+    "shm_sweep": case_shm_sweep,
 }
 
 
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
-    for opt in ("--run", "--check"):
+    for opt in ("--run", "--check", "--preload"):
         ap.add_argument(opt, required=True, type=os.path.abspath)
     ap.add_argument("--only", default=",".join(CASES))
     ARGS = ap.parse_args()
