@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "audit_analyze.h"
+#include "logs.h"
 #include "base/audit_rec.h"
 #include "base/layout.h"
 #include "report/report.h"
@@ -403,7 +404,8 @@ static int write_text(void *arg, FILE *f)
 				fprintf(f, "  %c  pass\n", *m);
 		}
 	}
-	fprintf(f, "\n%zu finding%s; records in %s\n", res->nf, res->nf == 1 ? "" : "s", v->a->dir);
+	fprintf(f, "\n%zu finding%s; records %s %s%s\n", res->nf, res->nf == 1 ? "" : "s", v->a->own_dir ? "were in" : "in",
+		v->a->dir, v->a->own_dir ? " (removed: --log-dir /dev/null)" : "");
 	return ferror(f) ? -EIO : 0;
 }
 
@@ -509,6 +511,8 @@ void audit_destroy(struct audit *a)
 	stop_watch(a);
 	pthread_mutex_destroy(&a->mu);
 	pthread_cond_destroy(&a->cv);
+	if (a->own_dir)
+		rm_tree(a->own_dir);
 	free(a->own_dir);
 	free(a);
 }

@@ -42,6 +42,7 @@ struct a_res {
 	bool unix_name; /* an AF_UNIX name (else a port or a segment) */
 	bool port;
 	char *key;   /* "@abstract", "/path", "port 5557", "/segment" */
+	const char *site; /* the Python caller's, from a site record; "" */
 	int rc, err;
 	double t;
 };
@@ -68,6 +69,8 @@ struct st {
 	size_t nop, capop;
 	struct a_res *res;
 	size_t nres, capres;
+	struct a_res *sites; /* site records: rank, key, site (in what) */
+	size_t nsites, capsites;
 	size_t nrecords;
 	struct audit_result *out;
 	size_t capf;
@@ -307,6 +310,15 @@ static int on_record(struct st *s, int rank, bool py, const struct dptp_audit_re
 	}
 	if (!strcmp(k, "sock") || !strcmp(k, "shm"))
 		return on_res(s, rank, rec, k);
+	if (!strcmp(k, "site")) {
+		struct a_res *x = push(&s->sites, &s->nsites, &s->capsites, sizeof(*s->sites));
+		if (!x)
+			return -ENOMEM;
+		x->rank = rank;
+		x->key = strdup(dptp_audit_rec_str(rec, "key", ""));
+		x->site = strdup(dptp_audit_rec_str(rec, "site", ""));
+		return x->key && x->site ? 0 : -ENOMEM;
+	}
 	if (!strcmp(k, "nccl") && !strcmp(dptp_audit_rec_str(rec, "call", ""), "init")) {
 		int dev = (int)dptp_audit_rec_int(rec, "dev", -1);
 		if (dev >= 0)
@@ -388,6 +400,11 @@ static void state_release(struct st *s)
 	for (size_t i = 0; i < s->nres; i++)
 		free(s->res[i].key);
 	free(s->res);
+	for (size_t i = 0; i < s->nsites; i++) {
+		free(s->sites[i].key);
+		free((char *)s->sites[i].site);
+	}
+	free(s->sites);
 }
 
 static int load(struct st *s, const char *dir, struct dptp_err *err)
@@ -437,6 +454,14 @@ static int load(struct st *s, const char *dir, struct dptp_err *err)
 	closedir(d);
 	if (rc < 0)
 		return dptp_err_set(err, rc, "cannot read the audit records in '%s': %s", dir, strerror(-rc));
+	for (size_t i = 0; i < s->nres; i++) {
+		s->res[i].site = "";
+		for (size_t j = 0; j < s->nsites; j++)
+			if (s->sites[j].rank == s->res[i].rank && !strcmp(s->sites[j].key, s->res[i].key)) {
+				s->res[i].site = s->sites[j].site;
+				break;
+			}
+	}
 	if (s->world < s->nranks)
 		s->world = s->nranks;
 	return 0;
@@ -918,9 +943,12 @@ static int find_r(struct st *s)
 			const struct a_op *p = &s->op[j];
 			const struct a_group *pg = &s->g[p->gid];
 			if (p->gid != o->gid && p->has[bad_k] && p->root[bad_k] == o->root[bad_k] && !strcmp(p->site, o->site) &&
-			    !strcmp(p->op, o->op) && in_list(pg->ranks, pg->n, p->root[bad_k]))
-				snprintf(lucky, sizeof(lucky), "; on group [%d..] (replica %d) the same %s=%lld is right, by coincidence",
-					pg->ranks[0], replica_of(s->out, p->rank), root_key[bad_k], (long long)p->root[bad_k]);
+			    !strcmp(p->op, o->op) && in_list(pg->ranks, pg->n, p->root[bad_k])) {
+				char pr[128];
+				fmt_ranks(pr, sizeof(pr), pg->ranks, pg->n);
+				snprintf(lucky, sizeof(lucky), "; on group [%s] (replica %d) the same %s=%lld is right, by coincidence", pr,
+					replica_of(s->out, p->rank), root_key[bad_k], (long long)p->root[bad_k]);
+			}
 		}
 		if (bad_k == R_SRC || bad_k == R_DST)
 			rc = add_finding(s, 'R', ranks, nr, o->site, o->op,
@@ -1086,6 +1114,7 @@ static int find_names(struct st *s)
 		const struct a_res *x = &s->res[i];
 		size_t no = 0, nu = 0, ncoll = 0, nok = 0;
 		bool excl = false;
+		const char *site = "", *usite = "";
 		int coll_err = 0;
 		for (size_t j = i; j < s->nres; j++) {
 			const struct a_res *y = &s->res[j];
@@ -1093,6 +1122,10 @@ static int find_names(struct st *s)
 				continue;
 			done[j] = true;
 			bool creates = y->what == 'b' || y->what == 's';
+			if (creates && !site[0])
+				site = y->site;
+			if (!creates && !usite[0])
+				usite = y->site;
 			if (creates && y->rc >= 0) {
 				nok++;
 				if (!in_list(owners, no, y->rank))
@@ -1128,7 +1161,7 @@ static int find_names(struct st *s)
 						: (segment && !excl ? "they opened one segment between them" : "every one succeeded, serialised in time: a reordering makes it fail");
 			const char *what = x->port ? "port" : segment ? "shared-memory segment" : "socket name";
 			char mech = x->port && reps ? 'C' : 'I';
-			rc = add_finding(s, mech, owners, no, "", x->port ? "bind" : segment ? "shm_open" : "bind",
+			rc = add_finding(s, mech, owners, no, site, x->port ? "bind" : segment ? "shm_open" : "bind",
 				"%s%s%s%s taken by ranks %s%s: %s; %s", what, x->port ? "" : " '", x->port ? x->key + 4 : x->key,
 				x->port ? "" : "'", o,
 				reps ? " of different replicas" : "", how,
@@ -1149,7 +1182,7 @@ static int find_names(struct st *s)
 			if (nc) {
 				char u[256];
 				fmt_ranks(u, sizeof(u), cross, nc);
-				rc = add_finding(s, 'G', cross, nc, "", x->unix_name ? "connect" : "shm_open",
+				rc = add_finding(s, 'G', cross, nc, usite, x->unix_name ? "connect" : "shm_open",
 					"%s '%s' of rank %d (replica %d) used by rank%s %s of another replica: a per-replica resource set up over a group that spans replicas",
 					x->unix_name ? "socket" : "shared-memory segment", x->key, owners[0], d0, nc > 1 ? "s" : "", u);
 			}

@@ -18,6 +18,7 @@ _ngroups = {}     # ranks tuple -> groups created with that member list
 _seq = {}         # (ranks, gn) -> calls so far
 _sites = {}       # code object, line -> JSON-quoted "file:line"
 _skip_dirs = ()
+_stdlib = "\0"   # the standard library's folder: skipped, but for its *-packages
 _lock = threading.Lock()
 
 
@@ -42,7 +43,7 @@ def _site():
     f = sys._getframe(2)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_skip_dirs):
+        if not fn.startswith(_skip_dirs) and (not fn.startswith(_stdlib) or "-packages" in fn):
             key = (f.f_code, f.f_lineno)
             s = _sites.get(key)
             if s is None:
@@ -227,6 +228,7 @@ def _wrap_op(dist, name, fn):
         finally:
             _tls.inside = False
     wrapper.__wrapped__ = fn
+    wrapper._dptp_audit = True
     wrapper.__name__ = getattr(fn, "__name__", name)
     wrapper.__doc__ = getattr(fn, "__doc__", None)
     wrapper.__qualname__ = getattr(fn, "__qualname__", name)
@@ -292,9 +294,6 @@ def _note_group(dist, name, pg, site, backend):
 
 
 def _patch_c10d(mod):
-    import torch.distributed as dist_pkg  # already in sys.modules, mid-import
-    dist = sys.modules.get("torch.distributed", dist_pkg)
-
     class _D:  # what the wrappers need, looked up late
         distributed_c10d = mod
 
@@ -307,7 +306,8 @@ def _patch_c10d(mod):
             return mod.is_initialized()
     for name in _OPS:
         fn = getattr(mod, name, None)
-        if callable(fn) and not hasattr(fn, "__wrapped__"):
+        # torch 2.x decorates them (functools.wraps: __wrapped__ is set)
+        if callable(fn) and not getattr(fn, "_dptp_audit", False):
             setattr(mod, name, _wrap_op(_D, name, fn))
     fn = getattr(mod, "batch_isend_irecv", None)
     if callable(fn):
@@ -316,7 +316,6 @@ def _patch_c10d(mod):
         fn = getattr(mod, name, None)
         if callable(fn):
             setattr(mod, name, _wrap_group_maker(_D, name, fn))
-    del dist
 
 
 def _patch_cuda(mod):
@@ -391,6 +390,44 @@ def _strip_env(here):
             os.environ.pop("LD_PRELOAD", None)
 
 
+def _site_record(call, key):
+    _emit('{"k":"site","call":"%s","key":%s,"site":%s}' % (call, _q(key), _site()))
+
+
+def _patch_names():
+    """Where the program binds a socket or opens a segment: the C recorder
+    sees the call, this names its file:line."""
+    import socket
+    orig_bind = socket.socket.bind
+
+    def bind(self, address):
+        try:
+            if isinstance(address, (str, bytes)):
+                a = address.decode("latin-1") if isinstance(address, bytes) else address
+                if a:
+                    _site_record("bind", "@" + a[1:] if a[0] == "\0" else a)
+            elif isinstance(address, tuple) and len(address) >= 2 and int(address[1]) > 0:
+                _site_record("bind", "port %d" % int(address[1]))
+        except Exception:
+            pass
+        return orig_bind(self, address)
+    bind.__wrapped__ = orig_bind
+    socket.socket.bind = bind
+    try:
+        import _posixshmem
+    except ImportError:
+        return
+    orig_open = _posixshmem.shm_open
+
+    def shm_open(path, *args, **kwargs):
+        try:
+            _site_record("shm_open", path if path.startswith("/") else "/" + path)
+        except Exception:
+            pass
+        return orig_open(path, *args, **kwargs)
+    _posixshmem.shm_open = shm_open
+
+
 def _exit():
     _emit('{"k":"exit","t":%.6f}' % _now())
 
@@ -413,7 +450,7 @@ def _excepthook_of(prev):
 
 
 def start(here):
-    global _fd, _rank, _skip_dirs
+    global _fd, _rank, _skip_dirs, _stdlib
     adir = os.environ.get("DPTP_AUDIT_DIR")
     ppid = os.environ.get("DPTP_AUDIT_PPID")
     _strip_env(here)
@@ -439,11 +476,13 @@ def start(here):
         if p and os.path.isdir(cand):
             torch_dir = cand + os.sep
             break
-    _skip_dirs = tuple(d for d in (torch_dir, here + os.sep, os.path.dirname(threading.__file__) + os.sep + "contextlib") if d)
+    _skip_dirs = tuple(d for d in (torch_dir, here + os.sep) if d)
+    _stdlib = os.path.dirname(os.__file__) + os.sep
     _emit('{"k":"hello","rec":"py","rank":%d,"world":%d,"local_rank":%d,"pid":%d,"host":%s,"att":%d,"t":%.6f}' % (
         _rank, int(os.environ.get("WORLD_SIZE", "-1")), int(os.environ.get("LOCAL_RANK", "-1")),
         os.getpid(), _q(socket.gethostname()), att, _now()))
     sys.meta_path.insert(0, _Finder())
+    _patch_names()
 
 
 def _forget():

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -145,9 +146,43 @@ static int (*next_open64)(const char *, int, ...);
 static int (*next_openat)(int, const char *, int, ...);
 static int (*next_openat64)(int, const char *, int, ...);
 
+/* The library a wrapped CUDA or NCCL symbol lives in may not be in the
+ * global scope (torch loads libtorch_cuda, and with it libnccl, with
+ * RTLD_LOCAL): RTLD_NEXT misses it while its callers still reach our
+ * definition. Then the loaded object whose name holds `lib` is asked. */
+struct find_lib {
+	const char *lib, *sym;
+	void *fn;
+};
+
+static int find_in(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct find_lib *f = arg;
+	(void)size;
+	if (!info->dlpi_name || !strstr(info->dlpi_name, f->lib))
+		return 0;
+	void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+	if (!h)
+		return 0;
+	f->fn = dlsym(h, f->sym);
+	dlclose(h);
+	return f->fn != NULL;
+}
+
+static void *next_in(const char *name, const char *lib)
+{
+	void *fn = dlsym(RTLD_NEXT, name);
+	if (!fn && lib) {
+		struct find_lib f = {lib, name, NULL};
+		dl_iterate_phdr(find_in, &f);
+		fn = f.fn;
+	}
+	return fn;
+}
+
 static void *next(const char *name)
 {
-	return dlsym(RTLD_NEXT, name);
+	return next_in(name, !strncmp(name, "nccl", 4) ? "libnccl" : !strncmp(name, "cuda", 4) ? "libcudart" : NULL);
 }
 
 static void forget(void)
@@ -376,6 +411,7 @@ EXPORT int cudaSetDevice(int dev);
 EXPORT int ncclCommInitRank(nccl_comm *comm, int nranks, nccl_unique_id id, int rank);
 EXPORT int ncclCommInitRankConfig(nccl_comm *comm, int nranks, nccl_unique_id id, int rank, void *config);
 EXPORT int ncclCommSplit(nccl_comm comm, int color, int key, nccl_comm *newcomm, void *config);
+EXPORT int ncclCommInitRankScalable(nccl_comm *comm, int nranks, int rank, int nid, nccl_unique_id *ids, void *config);
 EXPORT int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, nccl_comm c, void *st);
 EXPORT int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, nccl_comm c, void *st);
 EXPORT int ncclReduce(const void *s, void *r, size_t n, int dt, int op, int root, nccl_comm c, void *st);
@@ -389,7 +425,7 @@ static int cur_device(void)
 	static int (*get)(int *);
 	int dev = -1;
 	if (!get)
-		get = (int (*)(int *))dlsym(RTLD_DEFAULT, "cudaGetDevice");
+		get = (int (*)(int *))next("cudaGetDevice");
 	if (get && get(&dev) != 0)
 		dev = -1;
 	return dev;
@@ -509,14 +545,30 @@ EXPORT int ncclCommInitRankConfig(nccl_comm *comm, int nranks, nccl_unique_id id
 	return rc;
 }
 
+/* NCCL 2.23+: one or more ids for one communicator; the first names it */
+EXPORT int ncclCommInitRankScalable(nccl_comm *comm, int nranks, int rank, int nid, nccl_unique_id *ids, void *config)
+{
+	static int (*nx)(nccl_comm *, int, int, int, nccl_unique_id *, void *);
+	if (!nx)
+		nx = (int (*)(nccl_comm *, int, int, int, nccl_unique_id *, void *))next("ncclCommInitRankScalable");
+	if (!nx)
+		return 3;
+	int rc = nx(comm, nranks, rank, nid, ids, config);
+	uint64_t h = nid > 0 && ids ? fnv(&ids[0], sizeof(ids[0]), 0xcbf29ce484222325ULL) : 0;
+	if (rc == 0 && comm)
+		comm_note(*comm, h);
+	nccl_init_record(h, nranks, rank, rc);
+	return rc;
+}
+
 EXPORT int ncclCommSplit(nccl_comm comm, int color, int key, nccl_comm *newcomm, void *config)
 {
 	static int (*nx)(nccl_comm, int, int, nccl_comm *, void *);
 	static int (*count)(nccl_comm, int *), (*user_rank)(nccl_comm, int *);
 	if (!nx) {
 		nx = (int (*)(nccl_comm, int, int, nccl_comm *, void *))next("ncclCommSplit");
-		count = (int (*)(nccl_comm, int *))dlsym(RTLD_DEFAULT, "ncclCommCount");
-		user_rank = (int (*)(nccl_comm, int *))dlsym(RTLD_DEFAULT, "ncclCommUserRank");
+		count = (int (*)(nccl_comm, int *))next("ncclCommCount");
+		user_rank = (int (*)(nccl_comm, int *))next("ncclCommUserRank");
 	}
 	if (!nx)
 		return 3;

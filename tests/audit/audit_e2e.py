@@ -94,10 +94,10 @@ def case_bugs():
     check_layout(rep)
     want = sorted([
         ("R", (1,), line_of("bugs.py", "dist.broadcast_object_list(box, src=root")),
-        ("I", (0, 1), 0),  # TP rank 0's seeded socket name
-        ("I", (0, 1), 0),  # TP rank 1's
-        ("C", (0, 1), 0),
-        ("I", (0, 1), 0),  # the fixed segment name
+        ("I", (0, 1), line_of("bugs.py", 'sock.bind("\\0/tmp/mcastmem')),  # TP rank 0's seeded name
+        ("I", (0, 1), line_of("bugs.py", 'sock.bind("\\0/tmp/mcastmem')),  # TP rank 1's
+        ("C", (0, 1), line_of("bugs.py", "srv.bind(")),
+        ("I", (0, 1), line_of("bugs.py", 'shared_memory.SharedMemory(name="dptp_audit_moe')),
         ("D", (1,), line_of("bugs.py", "torch.cuda.set_device(")),
         ("G", (1,), line_of("bugs.py", "src=idx, group=ep_group")),
     ])
@@ -145,6 +145,11 @@ def case_nonpython():
                       "--no-python", "sh", "-c", "exit 3"])
     if rc != 1 or "0 findings" not in open(os.path.join(TMP, "a.txt")).read():
         fail("failed job: rc %d\n%s" % (rc, se))
+    # --log-dir /dev/null: the records' temporary folder goes after the report
+    rc, so, se = run(["--nproc-per-node", "2", "--audit", "--log-dir", "/dev/null", "--no-python", "true"])
+    m = re.search(r"records were in (\S+) \(removed", se)
+    if rc != 0 or not m or os.path.exists(m.group(1)):
+        fail("--log-dir /dev/null: rc %d\n%s" % (rc, se))
 
 
 def case_subproc():
@@ -187,8 +192,34 @@ def case_options():
         fail("mismatched layout: rc %d\n%s" % (rc, se))
 
 
+def case_preload_local():
+    """NCCL calls from a library loaded with RTLD_LOCAL reach libnccl."""
+    exe, lib = sys.argv[4], sys.argv[5]
+    pre = os.path.join(os.path.dirname(RUN), "audit", "libdptp-audit.so")
+    env = dict(os.environ, LD_PRELOAD=pre, DPTP_AUDIT_DIR=TMP, DPTP_AUDIT_PPID=str(os.getpid()), RANK="0",
+               WORLD_SIZE="1", LOCAL_RANK="0")
+    p = subprocess.run([exe, lib], env=env, capture_output=True, text=True, timeout=30)
+    if p.returncode != 0 or "returned 0" not in p.stdout:
+        fail("rc %d: %s %s" % (p.returncode, p.stdout, p.stderr))
+    recs = [json.loads(l) for l in open(os.path.join(TMP, "r0.a0.c.jsonl"))]
+    kinds = [(r["k"], r.get("call"), r.get("op")) for r in recs]
+    if kinds != [("hello", None, None), ("nccl", "init", None), ("nccl", "op", "all_reduce")]:
+        fail("records: %s" % recs)
+    if recs[2]["id"] != recs[1]["id"] or recs[2]["n"] != 16 or recs[1]["rc"] != 0:
+        fail("records: %s" % recs)
+
+
+def case_recorder():
+    """The Python recorder on a stand-in torch (torch 2.x's decorated collectives)."""
+    rd = os.path.join(os.path.dirname(RUN), "audit")
+    p = subprocess.run([sys.executable, os.path.join(HERE, "recorder_unit.py"), rd, TMP], capture_output=True,
+                       text=True, timeout=60)
+    if p.returncode or p.stdout.strip() != "ok":
+        fail("rc %d: %s %s" % (p.returncode, p.stdout, p.stderr))
+
+
 try:
-    {"healthy": case_healthy, "bugs": case_bugs, "hang": case_hang, "nonpython": case_nonpython,
+    {"healthy": case_healthy, "recorder": case_recorder, "preload_local": case_preload_local, "bugs": case_bugs, "hang": case_hang, "nonpython": case_nonpython,
      "subproc": case_subproc, "options": case_options}[CASE]()
     print("ok")
 finally:
