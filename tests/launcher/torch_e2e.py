@@ -126,7 +126,9 @@ def case_check_torch_store():
                        env(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
                            GROUP_RANK="0", GROUP_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
                            TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="torchstore",
-                           TORCHELASTIC_RESTART_COUNT="0", NO_COLOR="1")) for r in range(n)]
+                           TORCHELASTIC_RESTART_COUNT="0", NO_COLOR="1",
+                           DPTP_GPU_SHARING="1"))  # 4 ranks, maybe on one GPU
+                 for r in range(n)]
         res = finish(procs)
         for r, (rc, out, err) in enumerate(res):
             check(rc == 0, "rank %d rc %d: %s %s" % (r, rc, out[-2000:], err[-2000:]))
