@@ -47,8 +47,20 @@ struct a_res {
 	double t;
 };
 
+/* an NCCL record of the C recorder */
+struct a_nccl {
+	int rank;
+	bool init;
+	char id[20];  /* the communicator, by its unique id's hash */
+	int nranks, crank, dt, rc;
+	char op[32];
+	int64_t n, root; /* root: a rank of the communicator, -1 none */
+	double t;
+};
+
 struct a_rank {
 	bool py, c, exited, raised;
+	bool nccl;   /* no Python records: its sequences are NCCL's */
 	int local_rank;
 	pid_t pid;
 	char host[64];
@@ -71,6 +83,8 @@ struct st {
 	size_t nres, capres;
 	struct a_res *sites; /* site records: rank, key, site (in what) */
 	size_t nsites, capsites;
+	struct a_nccl *nccl;
+	size_t nnccl, capnccl;
 	size_t nrecords;
 	struct audit_result *out;
 	size_t capf;
@@ -172,40 +186,57 @@ static int rec_group(struct st *s, const struct dptp_audit_rec *rec)
 	return group_id(s, g, (int)dptp_audit_rec_int(rec, "gn", 0));
 }
 
-static int on_op(struct st *s, struct a_rank *rk, int rank, const struct dptp_audit_rec *rec)
+/* A new call of rank on group gid: numbered among the rank's collectives
+ * on that group. NULL when out of memory. */
+static struct a_op *new_op(struct st *s, int rank, int gid, const char *op, const char *site, double t)
 {
-	int gid = rec_group(s, rec);
-	if (gid < 0)
-		return gid == -1 ? 0 : gid;
+	struct a_rank *rk = &s->r[rank];
 	struct a_op *o = push(&s->op, &s->nop, &s->capop, sizeof(*s->op));
 	if (!o)
-		return -ENOMEM;
+		return NULL;
 	o->rank = rank;
 	o->gid = gid;
-	snprintf(o->op, sizeof(o->op), "%s", dptp_audit_rec_str(rec, "op", "?"));
-	snprintf(o->dt, sizeof(o->dt), "%s", dptp_audit_rec_str(rec, "dt", ""));
-	o->n = dptp_audit_rec_int(rec, "n", -1);
-	for (int k = 0; k < R_N; k++) {
-		o->has[k] = dptp_audit_rec_has(rec, root_key[k]);
-		o->root[k] = dptp_audit_rec_int(rec, root_key[k], -1);
-	}
-	const struct dptp_audit_field *t = dptp_audit_rec_get(rec, "t");
-	o->t = t ? t->d : 0;
-	if (!(o->site = strdup(dptp_audit_rec_str(rec, "site", "?"))))
-		return -ENOMEM;
+	o->t = t;
 	o->pos = -1;
+	snprintf(o->op, sizeof(o->op), "%s", op);
+	if (!(o->site = strdup(site)))
+		return NULL;
 	rk->last_op = (long)s->nop - 1;
 	if (!is_p2p(o->op)) {
 		if ((size_t)gid >= rk->ncnt) {
 			size_t nc = (size_t)gid + 16;
 			int *c = realloc(rk->cnt, nc * sizeof(*c));
 			if (!c)
-				return -ENOMEM;
+				return NULL;
 			memset(c + rk->ncnt, 0, (nc - rk->ncnt) * sizeof(*c));
 			rk->cnt = c;
 			rk->ncnt = nc;
 		}
 		o->pos = rk->cnt[gid]++;
+	}
+	return o;
+}
+
+static double rec_time(const struct dptp_audit_rec *rec)
+{
+	const struct dptp_audit_field *t = dptp_audit_rec_get(rec, "t");
+	return t ? t->d : 0;
+}
+
+static int on_op(struct st *s, int rank, const struct dptp_audit_rec *rec)
+{
+	int gid = rec_group(s, rec);
+	if (gid < 0)
+		return gid == -1 ? 0 : gid;
+	struct a_op *o = new_op(s, rank, gid, dptp_audit_rec_str(rec, "op", "?"), dptp_audit_rec_str(rec, "site", "?"),
+		rec_time(rec));
+	if (!o)
+		return -ENOMEM;
+	snprintf(o->dt, sizeof(o->dt), "%s", dptp_audit_rec_str(rec, "dt", ""));
+	o->n = dptp_audit_rec_int(rec, "n", -1);
+	for (int k = 0; k < R_N; k++) {
+		o->has[k] = dptp_audit_rec_has(rec, root_key[k]);
+		o->root[k] = dptp_audit_rec_int(rec, root_key[k], -1);
 	}
 	return 0;
 }
@@ -294,7 +325,7 @@ static int on_record(struct st *s, int rank, bool py, const struct dptp_audit_re
 		return gid == -1 ? 0 : gid < 0 ? gid : 0;
 	}
 	if (!strcmp(k, "op"))
-		return py ? on_op(s, rk, rank, rec) : 0;
+		return py ? on_op(s, rank, rec) : 0;
 	if (!strcmp(k, "dev")) {
 		on_dev(rk, rec);
 		return 0;
@@ -319,10 +350,20 @@ static int on_record(struct st *s, int rank, bool py, const struct dptp_audit_re
 		x->site = strdup(dptp_audit_rec_str(rec, "site", ""));
 		return x->key && x->site ? 0 : -ENOMEM;
 	}
-	if (!strcmp(k, "nccl") && !strcmp(dptp_audit_rec_str(rec, "call", ""), "init")) {
+	if (!strcmp(k, "nccl")) {
+		bool init = !strcmp(dptp_audit_rec_str(rec, "call", ""), "init");
 		int dev = (int)dptp_audit_rec_int(rec, "dev", -1);
-		if (dev >= 0)
+		if (init && dev >= 0)
 			rk->dev_nccl = dev;
+		struct a_nccl *x = push(&s->nccl, &s->nnccl, &s->capnccl, sizeof(*s->nccl));
+		if (!x)
+			return -ENOMEM;
+		*x = (struct a_nccl){.rank = rank, .init = init, .nranks = (int)dptp_audit_rec_int(rec, "nranks", -1),
+			.crank = (int)dptp_audit_rec_int(rec, "crank", -1), .n = dptp_audit_rec_int(rec, "n", -1),
+			.root = dptp_audit_rec_int(rec, "root", -1), .dt = (int)dptp_audit_rec_int(rec, "dt", -1),
+			.rc = (int)dptp_audit_rec_int(rec, "rc", 0), .t = rec_time(rec)};
+		snprintf(x->id, sizeof(x->id), "%s", dptp_audit_rec_str(rec, "id", ""));
+		snprintf(x->op, sizeof(x->op), "%s", dptp_audit_rec_str(rec, "op", ""));
 	}
 	return 0;
 }
@@ -405,6 +446,76 @@ static void state_release(struct st *s)
 		free((char *)s->sites[i].site);
 	}
 	free(s->sites);
+	free(s->nccl);
+}
+
+/* A program whose ranks make no Python records (C++ over NCCL): each
+ * communicator whose members all recorded its creation is a group, in
+ * communicator-rank order, and its collectives that rank's sequence on it.
+ * Roots and peers are communicator ranks (group_src/group_dst). */
+static int nccl_ops(struct st *s)
+{
+	int *members = NULL;
+	int rc = 0;
+	for (size_t i = 0; i < s->nnccl && rc == 0; i++) {
+		const struct a_nccl *c = &s->nccl[i];
+		bool first = true;
+		if (!c->init || c->rc || c->nranks < 1 || c->nranks > DPTP_MAX_WORLD || s->r[c->rank].py)
+			continue;
+		for (size_t j = 0; j < i && first; j++)
+			first = !(s->nccl[j].init && !strcmp(s->nccl[j].id, c->id));
+		if (!first)
+			continue;
+		int *m = realloc(members, (size_t)c->nranks * sizeof(int));
+		if (!m)
+			return -ENOMEM;
+		members = m;
+		int have = 0;
+		for (int k = 0; k < c->nranks; k++)
+			members[k] = -1;
+		for (size_t j = i; j < s->nnccl; j++) {
+			const struct a_nccl *d = &s->nccl[j];
+			if (d->init && !d->rc && !strcmp(d->id, c->id) && d->crank >= 0 && d->crank < c->nranks &&
+			    members[d->crank] < 0 && !s->r[d->rank].py) {
+				members[d->crank] = d->rank;
+				have++;
+			}
+		}
+		if (have != c->nranks)
+			continue; /* members elsewhere (another node) or failed */
+		int64_t g64[DPTP_MAX_WORLD];
+		for (int k = 0; k < c->nranks; k++) {
+			g64[k] = members[k];
+			s->r[members[k]].nccl = true;
+		}
+		struct dptp_audit_field g = {.type = DPTP_AV_ARR, .a = g64, .n = (size_t)c->nranks};
+		int gid = group_id(s, &g, 1000 + (int)i); /* never one of torch's */
+		if (gid < 0)
+			return gid;
+		s->g[gid].created = true;
+		for (size_t j = 0; j < s->nnccl && rc == 0; j++) {
+			const struct a_nccl *d = &s->nccl[j];
+			if (d->init || strcmp(d->id, c->id) || s->r[d->rank].py)
+				continue;
+			struct a_op *o = new_op(s, d->rank, gid, d->op, "", d->t);
+			if (!o) {
+				rc = -ENOMEM;
+				break;
+			}
+			o->n = d->n;
+			snprintf(o->dt, sizeof(o->dt), "nccl%d", d->dt);
+			bool to = !strcmp(d->op, "send");
+			int k = to ? R_GDST : R_GSRC, kg = to ? R_DST : R_SRC;
+			o->has[k] = d->root >= 0;
+			o->root[k] = d->root;
+			if (d->root >= 0 && d->root < c->nranks) { /* and as the global rank it is */
+				o->has[kg] = true;
+				o->root[kg] = members[d->root];
+			}
+		}
+	}
+	free(members);
+	return rc;
 }
 
 static int load(struct st *s, const char *dir, struct dptp_err *err)
@@ -464,7 +575,7 @@ static int load(struct st *s, const char *dir, struct dptp_err *err)
 	}
 	if (s->world < s->nranks)
 		s->world = s->nranks;
-	return 0;
+	return nccl_ops(s) < 0 ? dptp_err_set(err, -ENOMEM, "out of memory") : 0;
 }
 
 /* ---- the layout ---------------------------------------------------- */
@@ -666,7 +777,7 @@ static int build_seqs(const struct st *s, int gid, struct seqs *q)
 		return -ENOMEM;
 	for (size_t m = 0; m < g->n; m++) {
 		int r = g->ranks[m];
-		if (r < 0 || r >= s->nranks || !s->r[r].py)
+		if (r < 0 || r >= s->nranks || !(s->r[r].py || s->r[r].nccl))
 			continue;
 		size_t cnt = (size_t)gid < s->r[r].ncnt ? (size_t)s->r[r].cnt[gid] : 0;
 		q->v[m] = calloc(cnt ? cnt : 1, sizeof(**q->v));

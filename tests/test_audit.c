@@ -188,6 +188,35 @@ static void test_g_cross(void **state)
 	audit_result_release(&res);
 }
 
+static void test_nccl(void **state)
+{
+	struct audit_result res;
+	/* a C++ program over NCCL: two TP communicators of DP2TP2; replica 1
+	 * all-reduces a buffer of another size (P), replica 0 broadcasts from
+	 * communicator rank 5 of 2 (R), and a healthy all-gather */
+	for (int r = 0; r < 4; r++) {
+		rec(r, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":%d,\"world\":4,\"local_rank\":%d,\"pid\":1,\"host\":\"h\"}", r, r);
+		rec(r, "c", "{\"k\":\"nccl\",\"call\":\"init\",\"id\":\"%016x\",\"nranks\":2,\"crank\":%d,\"dev\":%d,\"rc\":0}",
+			0xa0 + r / 2, r % 2, r);
+		rec(r, "c", "{\"k\":\"nccl\",\"call\":\"op\",\"op\":\"all_gather\",\"id\":\"%016x\",\"n\":64,\"dt\":7,\"rc\":0}", 0xa0 + r / 2);
+		rec(r, "c", "{\"k\":\"nccl\",\"call\":\"op\",\"op\":\"all_reduce\",\"id\":\"%016x\",\"n\":%d,\"dt\":7,\"rc\":0}",
+			0xa0 + r / 2, r == 3 ? 32 : 64);
+		if (r < 2)
+			rec(r, "c", "{\"k\":\"nccl\",\"call\":\"op\",\"op\":\"broadcast\",\"id\":\"%016x\",\"n\":8,\"dt\":7,\"root\":5,\"rc\":0}",
+				0xa0);
+	}
+	analyze(&res, false);
+	assert_true(res.layout_known);
+	assert_int_equal(res.layout.tp, 2);
+	assert_int_equal(res.nf, 2);
+	assert_int_equal(res.f[0].mech, 'P');
+	assert_int_equal(res.f[0].nreplicas, 1);
+	assert_int_equal(res.f[0].replicas[0], 1);
+	assert_int_equal(res.f[1].mech, 'R');
+	assert_int_equal(res.f[1].replicas[0], 0);
+	audit_result_release(&res);
+}
+
 static void test_layout(void **state)
 {
 	struct audit_result res;
@@ -217,6 +246,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_p_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_r_twin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_g_cross, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_nccl, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_layout, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
