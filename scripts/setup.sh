@@ -18,7 +18,12 @@ if ((${#missing[@]})); then
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# DPTP_CI=1 (CI): every warning is an error
+werror=()
+[[ ${DPTP_CI:-} == 1 ]] && werror=(-Dwerror=true)
 if [[ ! -f build/build.ninja ]]; then
-	meson setup build >/dev/null
+	meson setup build "${werror[@]}" >/dev/null
+elif ((${#werror[@]})); then
+	meson configure build "${werror[@]}" >/dev/null
 fi
 ninja -C build >/dev/null

@@ -14,7 +14,7 @@ bdir=${FUZZ_BUILD:-build-fuzz}
 command -v clang >/dev/null || { echo "fuzz: clang not found, skipping" >&2; exit 77; }
 
 if [[ ! -f $bdir/build.ninja ]]; then
-	CC=clang meson setup "$bdir" -Dfuzz=true -Dcuda=disabled -Dman-pages=disabled \
+	CC=clang meson setup "$bdir" -Dwerror="$([[ ${DPTP_CI:-} == 1 ]] && echo true || echo false)" -Dfuzz=true -Dcuda=disabled -Dman-pages=disabled \
 		-Db_sanitize=address,undefined -Db_lundef=false \
 		-Dc_args=-fsanitize=fuzzer-no-link >"${TMPDIR:-/tmp}/dptp-$(basename "$bdir").setup.log" 2>&1 ||
 		{ cat "${TMPDIR:-/tmp}/dptp-$(basename "$bdir").setup.log" >&2; exit 1; }

@@ -13,7 +13,7 @@ suites=${SANITIZE_SUITES:-unit e2e launcher}
 supp=$PWD/tests/hardening/lsan.supp
 
 if [[ ! -f $bdir/build.ninja ]]; then
-	meson setup "$bdir" -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
+	meson setup "$bdir" -Dwerror="$([[ ${DPTP_CI:-} == 1 ]] && echo true || echo false)" -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
 		-Dman-pages=disabled -Dtests=true >"${TMPDIR:-/tmp}/dptp-$(basename "$bdir").setup.log" 2>&1 ||
 		{ cat "${TMPDIR:-/tmp}/dptp-$(basename "$bdir").setup.log" >&2; exit 1; }
 fi
