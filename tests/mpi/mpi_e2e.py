@@ -23,6 +23,8 @@ directory; the MPI cases exit 77 (skipped) without mpicc or mpirun. Cases:
               variables, universe size and session directory as mpirun's
   c10d_regroup  c10d 1:2: node 0 alone runs 2 MPI ranks; node 1 joins,
               the next round is one MPI job of 4 over both nodes
+  mixed       static, node 1 a torchrun agent (a stand-in): node 0's MPI
+              workers fail in MPI_Init (no singletons), node 0 exits 1
   nodeloss    two static nodes; SIGKILL of node 1's launcher, then of node
               0's (the store host), SIGTERM of node 1's, with MPI ranks
               blocked in a receive and with plain workers: the other node
@@ -386,6 +388,35 @@ def case_c10d_regroup(exe):
     hello = sorted(l for l in out.splitlines() if l.startswith("hello"))
     check(hello == ["hello %d/4" % r for r in range(4)], "the second round is not one job of 4:\n" + out)
     print("ok c10d_regroup: %s" % hello)
+
+
+def case_mixed(exe):
+    """static --nnodes 2 where node 1 is a torchrun agent (a stand-in that
+    sends torchrun's rendezvous bytes): node 0's workers get no PMIx
+    server, and MPI_Init fails there instead of running two singletons that
+    succeed: node 0 warns and exits 1"""
+    sys.path.insert(0, os.path.join(HERE, "..", "launcher"))
+    from store_probe import Store
+    port = free_port()
+    p = subprocess.Popen([RUN, "--nnodes=2", "--node-rank=0", "--master-addr=127.0.0.1", "--master-port=%d" % port,
+                          "--nproc-per-node=2", "--rdzv-conf=timeout=60", "--no-python", exe, "hello"],
+                         env=dict(base_env(), PET_MASTER_PORT=str(port)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        st = Store("127.0.0.1", port, timeout=30)  # torchrun's agent: ADD init/, role_info, its assignment
+        st.set("none/torchelastic/role_info/1", '{"role": "default", "rank": 1, "local_world_size": 2}')
+        ranks = st.get("none/torchelastic/assigned_ranks/1")
+        st.s.close()
+        out, err = p.communicate(timeout=60)
+    except Exception:
+        p.kill()
+        p.communicate()
+        raise
+    check(ranks == b"[2, 4, 2, 4]", "node 1's assignment: %r" % ranks)
+    check(p.returncode == 1, "node 0 exited %d\n%s%s" % (p.returncode, out, err[-3000:]))
+    check("not every node runs dptp-run" in err and "MPI_Init fails" in err, "no warning:\n" + err[-3000:])
+    check("hello" not in out, "the workers ran as singletons:\n" + out)
+    print("ok mixed: exit 1, MPI_Init refused")
 
 
 def case_nodeloss(exe):
