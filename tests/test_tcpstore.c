@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -1908,14 +1909,15 @@ static void test_budget_counts_overhead(void **state)
 	}
 }
 
-/* Another user of this host gets an eighth of the budget, however many
- * connections it opens and keeps open; the job's own user still connects,
- * sets and gets meanwhile. host: the server's address ("::" is dual-stack:
- * the IPv4 clients arrive as ::ffff:127.0.0.1). */
-static void outsider_share(const char *host)
+/* Uid nobody opens 64 connections to s, each sending VALIDATE and `keys`
+ * SETs of new 8-byte keys, and keeps them open while this process (the
+ * job's own user) waits for `rejected` refusals, checks that nobody holds
+ * no more than its eighth of `budget` (connections included) and keeps at
+ * most max_conns connections, and sets and gets keys of its own. The child
+ * is bounded (alarm, send timeouts). */
+static void outsider_run(struct dptp_tcpstore_server *s, size_t budget, unsigned keys, size_t rejected,
+			 size_t max_conns)
 {
-	const size_t budget = 1u << 20;
-	struct dptp_tcpstore_server *s = budget_server(host, budget);
 	uint16_t port = dptp_tcpstore_server_port(s);
 	int ready[2], done[2];
 	assert_int_equal(pipe(ready), 0);
@@ -1923,25 +1925,22 @@ static void outsider_share(const char *host)
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		/* nobody: 64 connections of 1024 keys each (512 KiB of names),
-		 * all kept open until the parent is done */
 		static uint8_t buf[1024 * 25];
 		alarm(30); /* bounded whatever happens to the parent */
 		close(done[1]);
 		close(ready[0]);
-		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+		if (keys > 1024 || setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
 			_exit(2);
-		int fds[64];
 		for (unsigned i = 0; i < 64; i++) {
-			fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+			int fd = socket(AF_INET, SOCK_STREAM, 0);
 			struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
 						.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 			struct timeval tv = {.tv_sec = 2};
-			setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-			if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof(a)) < 0)
+			setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+			if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
 				continue;
-			write_all(fds[i], validate_frame, sizeof(validate_frame));
-			write_all(fds[i], buf, flood_frames(buf, DPTP_TCPSTORE_SET, i * 1024, 1024));
+			write_all(fd, validate_frame, sizeof(validate_frame));
+			write_all(fd, buf, flood_frames(buf, DPTP_TCPSTORE_SET, i * 1024, keys));
 		}
 		sleep_ms(300);
 		char b = 1;
@@ -1953,9 +1952,9 @@ static void outsider_share(const char *host)
 	close(ready[1]);
 	close(done[0]);
 	assert_int_equal(read(ready[0], &b, 1), 1);
-	wait_rejected(s, 1);
-	/* nobody holds no more than its share, connections included */
+	wait_rejected(s, rejected);
 	assert_true(dptp_tcpstore_server_used(s) <= budget / 8);
+	assert_true(dptp_tcpstore_server_nclients(s) <= max_conns);
 	struct dptp_err err = {0};
 	struct dptp_tcpstore_client *c = client_to(port, true, 0);
 	char key[32];
@@ -1974,18 +1973,44 @@ static void outsider_share(const char *host)
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	close(ready[0]);
 	close(done[1]);
-	dptp_tcpstore_server_destroy(s);
 }
 
+/* Another user of this host gets an eighth of the budget, however many
+ * connections it opens and keeps open (64 x 1024 keys: 512 KiB of names);
+ * the job's own user still connects, sets and gets meanwhile. On "::" (dual
+ * stack) the IPv4 clients arrive as ::ffff:127.0.0.1. */
 static void test_budget_outsider_share(void **state)
 {
 	if (geteuid() != 0) {
 		print_message("skipped: needs root to be another user\n");
 		skip();
 	}
-	outsider_share("127.0.0.1");
-	if (have_ipv6())
-		outsider_share("::");
+	const char *hosts[] = {"127.0.0.1", "::"};
+	for (int i = 0; i < (have_ipv6() ? 2 : 1); i++) {
+		struct dptp_tcpstore_server *s = budget_server(hosts[i], 1u << 20);
+		outsider_run(s, 1u << 20, 1024, 1, 64);
+		dptp_tcpstore_server_destroy(s);
+	}
+}
+
+/* With few descriptors (RLIMIT_NOFILE 256) an outsider's idle connection
+ * costs its part of them (budget / 256): another user of this host keeps at
+ * most 32 of its 64 connections, and the job's own user still gets in. */
+static void test_budget_outsider_connections(void **state)
+{
+	if (geteuid() != 0) {
+		print_message("skipped: needs root to be another user\n");
+		skip();
+	}
+	struct rlimit old, low;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = 256;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	struct dptp_tcpstore_server *s = budget_server("127.0.0.1", 1u << 20);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	outsider_run(s, 1u << 20, 0, 32, 32);
+	dptp_tcpstore_server_destroy(s);
 }
 
 int main(void)
@@ -2015,6 +2040,7 @@ int main(void)
 		cmocka_unit_test(test_budget_gives_back),
 		cmocka_unit_test(test_budget_counts_overhead),
 		cmocka_unit_test(test_budget_outsider_share),
+		cmocka_unit_test(test_budget_outsider_connections),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -346,7 +346,8 @@ struct dptp_tcpstore_server_opts {
 	 * address (IPv6 by /64); a peer's connections share its charge. A
 	 * peer other than this host's user gets at most an eighth of the
 	 * budget, and all of them together half, so the job's own processes
-	 * keep the rest. Past a limit a connection, a growing input, a reply,
+	 * keep the rest; their connections cost at least budget /
+	 * RLIMIT_NOFILE each, so that they hold at most half the descriptors. Past a limit a connection, a growing input, a reply,
 	 * a WAIT or a write is refused and its connection closed, others go
 	 * on. 0 = the environment's DPTP_STORE_MAX_BYTES, else 512 MiB */
 	size_t max_total_bytes;

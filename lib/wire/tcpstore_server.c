@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -250,6 +251,7 @@ struct dptp_tcpstore_server {
 	size_t used;        /* everything charged to a peer: the budget's measure */
 	size_t untrusted;   /* the part of used charged to untrusted peers */
 	size_t max_total;   /* budget for used */
+	size_t fd_share;    /* max_total / RLIMIT_NOFILE: see conn_cost() */
 	struct peer **peers;
 	size_t npeers, cappeers;
 	int diag;           /* sock_diag: 1 works, 0 absent, -1 not tried yet */
@@ -385,10 +387,14 @@ static size_t conn_bytes(const struct conn *c)
 	return c->incap + c->outcap + c->wcost + c->watchbytes;
 }
 
-/* What a connection costs before any buffer: its struct and poll slot. */
-static size_t conn_cost(void)
+/* What a connection costs before any buffer: its struct and poll slot;
+ * for a peer other than this host's user at least its part of the
+ * descriptors (the budget over RLIMIT_NOFILE), so that outsiders' idle
+ * connections hold at most half of this process's descriptors too. */
+static size_t conn_cost(const struct dptp_tcpstore_server *s, const struct peer *p)
 {
-	return heap_cost(sizeof(struct conn)) + sizeof(struct pollfd) + 2 * sizeof(struct conn *);
+	size_t c = heap_cost(sizeof(struct conn)) + sizeof(struct pollfd) + 2 * sizeof(struct conn *);
+	return !p->trusted && s->fd_share > c ? s->fd_share : c;
 }
 
 /* Charges c's peer for n more bytes of c's buffers, if the budget allows. */
@@ -462,7 +468,7 @@ static void conn_free(struct dptp_tcpstore_server *s, struct conn *c)
 {
 	waiter_unlink(s, c);
 	unwatch(s, c);
-	buf_release(s, c, c->incap + c->outcap + conn_cost()); /* may forget the peer */
+	buf_release(s, c, c->incap + c->outcap + conn_cost(s, c->peer)); /* may forget the peer */
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->in);
@@ -1365,7 +1371,7 @@ static void do_accept(struct dptp_tcpstore_server *s)
 			return;
 		}
 		struct conn *c = NULL;
-		if (over_budget(s, p, conn_cost(), "a connection") || !(c = calloc(1, sizeof(*c)))) {
+		if (over_budget(s, p, conn_cost(s, p), "a connection") || !(c = calloc(1, sizeof(*c)))) {
 			/* refused: one peer's many connections share its part */
 			release(s, p, 0);
 			close(fd);
@@ -1375,7 +1381,7 @@ static void do_accept(struct dptp_tcpstore_server *s)
 		c->fd = fd;
 		c->need = 1;
 		c->peer = p;
-		buf_take(s, c, conn_cost(), "a connection"); /* passed just above */
+		buf_take(s, c, conn_cost(s, p), "a connection"); /* passed just above */
 		s->conns[s->nconns++] = c;
 	}
 }
@@ -1538,6 +1544,9 @@ int dptp_tcpstore_server_create(const struct dptp_tcpstore_server_opts *opts,
 	}
 	if (!s->max_total)
 		s->max_total = DPTP_TCPSTORE_DEFAULT_TOTAL_BYTES;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur > 0)
+		s->fd_share = s->max_total / (size_t)rl.rlim_cur;
 	s->log = o.log;
 	s->log_arg = o.log_arg;
 	s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
