@@ -276,8 +276,10 @@ int dptp_check_main(int argc, char **argv)
 			struct dptp_check_result res[DPTP_MAX_CHECKS];
 			memset(res, 0, sizeof(res));
 			size_t nres = startup_results(&o, rc, &err, res);
-			code = report_and_verdict(&o, b, &c.layout, cuda, res, nres, o.timeout < 2 ? o.timeout : 2,
-						  stuck, true);
+			/* the exit code stays the start-up's own (3: the
+			 * environment, 4: a timeout), as without --output */
+			(void)report_and_verdict(&o, b, &c.layout, cuda, res, nres, o.timeout < 2 ? o.timeout : 2,
+						 stuck, true);
 			for (size_t k = 0; k < nres; k++)
 				free(res[k].detail);
 		}
