@@ -720,7 +720,8 @@ static int set_group(struct audit_finding *f, const int *ranks, size_t n)
 	f->group = malloc((n ? n : 1) * sizeof(int));
 	if (!f->group)
 		return -ENOMEM;
-	memcpy(f->group, ranks, n * sizeof(int));
+	if (n)
+		memcpy(f->group, ranks, n * sizeof(int));
 	f->ngroup = n;
 	return 0;
 }
@@ -1425,7 +1426,7 @@ int audit_analyze(const char *dir, const struct dptp_layout *given, bool hung, s
 		rc = find_d(&s);
 	if (rc < 0)
 		dptp_err_set(err, rc, "audit analysis: %s", strerror(-rc));
-	else
+	else if (res->nf > 1) /* qsort's base may not be NULL, even for 0 */
 		qsort(res->f, res->nf, sizeof(*res->f), cmp_finding);
 out:
 	free_missing(miss, nmiss);
