@@ -40,7 +40,8 @@ struct audit {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool stop;
-	bool hung;              /* the watch ended the job */
+	bool hung;              /* the watch ended an attempt: */
+	int hung_attempt;       /* this one (a restart may follow) */
 	char hang_msg[2048];
 };
 
@@ -202,7 +203,7 @@ static void *watch(void *arg)
 			ts.tv_nsec -= 1000000000L;
 		}
 		pthread_cond_timedwait(&a->cv, &a->mu, &ts);
-		if (a->stop || a->hung)
+		if (a->stop)
 			continue;
 		pthread_mutex_unlock(&a->mu);
 		long long size = dir_size(a->dir);
@@ -210,17 +211,18 @@ static void *watch(void *arg)
 		char msg[sizeof(a->hang_msg)];
 		pid_t pids[1024];
 		size_t npids = 0;
-		int pend = 0;
+		int pend = 0, att = -1;
 		if (size != last_size) {
 			last_size = size;
 			last = now;
 		} else if (now - last >= a->hang) {
-			pend = audit_pending(a->dir, msg, sizeof(msg), pids, &npids, DPTP_ARRAY_LEN(pids));
+			pend = audit_pending(a->dir, msg, sizeof(msg), pids, &npids, DPTP_ARRAY_LEN(pids), &att);
 			last = now; /* nothing pending: look again a period later */
 		}
 		pthread_mutex_lock(&a->mu);
-		if (pend == 1 && !a->stop) {
+		if (pend == 1 && !a->stop && !(a->hung && att == a->hung_attempt)) {
 			a->hung = true;
+			a->hung_attempt = att;
 			snprintf(a->hang_msg, sizeof(a->hang_msg), "%s", msg);
 			fprintf(stderr, "dptp-run --audit: no rank progressed for %g s: %s; ending the job\n", a->hang, msg);
 			/* each worker leads its own process group (spawn.c) */
@@ -471,7 +473,14 @@ int audit_finish(struct audit *a, int job_status, FILE *errs)
 	stop_watch(a);
 	if (!a->dir[0]) /* the job never started workers */
 		return job_status;
-	if (audit_analyze(a->dir, a->have_layout ? &a->layout : NULL, a->hung, &res, &err) < 0) {
+	const struct dptp_layout *given = a->have_layout ? &a->layout : NULL;
+	int rc = audit_analyze(a->dir, given, a->hung, &res, &err);
+	if (rc == 0 && a->hung && res.attempt != a->hung_attempt) {
+		a->hung = false; /* the hang was an earlier attempt's, restarted since */
+		audit_result_release(&res);
+		rc = audit_analyze(a->dir, given, false, &res, &err);
+	}
+	if (rc < 0) {
 		fprintf(errs, "dptp-run --audit: error: %s\n", err.msg);
 		audit_result_release(&res);
 		return job_status ? job_status : 1;

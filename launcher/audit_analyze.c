@@ -1449,7 +1449,7 @@ void audit_result_release(struct audit_result *r)
 	memset(r, 0, sizeof(*r));
 }
 
-int audit_pending(const char *dir, char *msg, size_t len, pid_t *pids, size_t *npids, size_t maxpids)
+int audit_pending(const char *dir, char *msg, size_t len, pid_t *pids, size_t *npids, size_t maxpids, int *attempt)
 {
 	struct audit_result tmp = {0};
 	struct st s = {.out = &tmp};
@@ -1457,6 +1457,7 @@ int audit_pending(const char *dir, char *msg, size_t len, pid_t *pids, size_t *n
 	size_t nmiss = 0, off = 0;
 	int rc = load(&s, dir, NULL);
 	*npids = 0;
+	*attempt = s.att;
 	msg[0] = '\0';
 	if (rc == 0)
 		rc = find_p(&s, true, &miss, &nmiss);

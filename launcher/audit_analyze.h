@@ -57,8 +57,9 @@ void audit_result_release(struct audit_result *r);
 
 /* For --audit-hang: the collectives some ranks entered and others never did
  * (a rank that raised is left out), as one message; the pids of the last
- * attempt's recording workers. Returns 1 when something is pending, 0 when
+ * attempt's recording workers; *attempt, that attempt's restart count.
+ * Returns 1 when something is pending, 0 when
  * not, or a negative errno. */
-int audit_pending(const char *dir, char *msg, size_t len, pid_t *pids, size_t *npids, size_t maxpids);
+int audit_pending(const char *dir, char *msg, size_t len, pid_t *pids, size_t *npids, size_t maxpids, int *attempt);
 
 #endif

@@ -114,8 +114,11 @@ def case_bugs():
 
 
 def case_hang():
-    rc, so, se, rep = torch_job("hang.py", ["--audit-hang", "3"])
+    # a restart hangs again: it is ended too, and the report is its own
+    rc, so, se, rep = torch_job("hang.py", ["--audit-hang", "3", "--max-restarts", "1"])
     check_layout(rep)
+    if rep["attempt"] != 1 or se.count("no rank progressed for 3 s") != 2:
+        fail("attempt %s, stderr:\n%s" % (rep["attempt"], se[-3000:]))
     line = line_of("hang.py", "dist.all_reduce(")
     want = [("P", (1,), line), ("P", (1,), line)]
     if found(rep) != want or not rep["hung"]:
