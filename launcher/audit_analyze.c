@@ -268,6 +268,8 @@ static int on_res(struct st *s, int rank, const struct dptp_audit_rec *rec, cons
 	char key[512];
 	if (!strcmp(kind, "sock")) {
 		const char *fam = dptp_audit_rec_str(rec, "fam", "");
+		if (!strcmp(dptp_audit_rec_str(rec, "by", ""), "nccl"))
+			return 0; /* NCCL's own ports (its RAS port in every process) */
 		bool unix_name = !strcmp(fam, "unix");
 		char what = !strcmp(call, "bind") ? 'b' : !strcmp(call, "connect") ? 'c' : 0;
 		if (!what)

@@ -118,6 +118,43 @@ static void test_healthy(void **state)
 	audit_result_release(&res);
 }
 
+/* NCCL's RAS port, bound from inside libnccl by every process (the
+ * preload marks such a bind "by":"nccl"): no finding; the same binds made
+ * by the program are the I/C finding they always were. */
+static void nccl_ras_job(bool by_nccl)
+{
+	job(4);
+	for (int r = 0; r < 4; r++) {
+		rec(r, "c", "{\"k\":\"sock\",\"call\":\"bind\",\"fam\":\"inet\",\"addr\":\"127.0.0.1\",\"port\":28028,"
+			"\"rc\":%d,\"err\":%d%s,\"t\":%d}", r ? -1 : 0, r ? 98 : 0, by_nccl ? ",\"by\":\"nccl\"" : "", 1 + r);
+		rec(r, "py", "{\"k\":\"exit\",\"t\":9}");
+	}
+}
+
+static void test_nccl_own_port(void **state)
+{
+	struct audit_result res;
+	(void)state;
+	nccl_ras_job(true);
+	analyze(&res, false);
+	for (size_t i = 0; i < res.nf; i++)
+		print_message("unexpected: %c %s\n", res.f[i].mech, res.f[i].detail);
+	assert_int_equal(res.nf, 0);
+	audit_result_release(&res);
+}
+
+static void test_nccl_own_port_by_program(void **state)
+{
+	struct audit_result res;
+	(void)state;
+	nccl_ras_job(false);
+	analyze(&res, false);
+	assert_true(res.nf >= 1);
+	assert_true(res.f[0].mech == 'I' || res.f[0].mech == 'C');
+	assert_non_null(strstr(res.f[0].detail, "28028"));
+	audit_result_release(&res);
+}
+
 static void test_p_size(void **state)
 {
 	struct audit_result res;
@@ -242,6 +279,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse),
 		cmocka_unit_test_setup_teardown(test_healthy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_nccl_own_port, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_nccl_own_port_by_program, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_p_size, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_p_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_r_twin, setup, teardown),

@@ -247,7 +247,21 @@ __attribute__((constructor)) static void audit_preload_init(void)
 
 /* ---- sockets --------------------------------------------------------- */
 
-static void sock_record(const char *call, int fd, const struct sockaddr *sa, socklen_t len, int rc, int err)
+/* Whether the code at ret (a caller's return address) belongs to libnccl:
+ * NCCL binds ports of its own (its RAS thread, 28028 by default, in every
+ * process since NCCL 2.24) and coordinates them itself; they are no name
+ * the program chose. */
+static bool in_libnccl(const void *ret)
+{
+	Dl_info di;
+	if (!ret || !dladdr(ret, &di) || !di.dli_fname)
+		return false;
+	const char *b = strrchr(di.dli_fname, '/');
+	return !strncmp(b ? b + 1 : di.dli_fname, "libnccl", 7);
+}
+
+static void sock_record(const char *call, int fd, const struct sockaddr *sa, socklen_t len, int rc, int err,
+			const void *ret)
 {
 	struct line l;
 	if (rec_fd < 0)
@@ -257,7 +271,7 @@ static void sock_record(const char *call, int fd, const struct sockaddr *sa, soc
 		socklen_t sl = sizeof(st);
 		if (getsockname(fd, (struct sockaddr *)&st, &sl) < 0)
 			return;
-		sock_record(call, fd, (struct sockaddr *)&st, sl, rc, err);
+		sock_record(call, fd, (struct sockaddr *)&st, sl, rc, err, ret);
 		return;
 	}
 	begin(&l, "sock", call);
@@ -294,6 +308,8 @@ static void sock_record(const char *call, int fd, const struct sockaddr *sa, soc
 	}
 	put_key_int(&l, "rc", rc);
 	put_key_int(&l, "err", rc < 0 ? err : 0);
+	if (in_libnccl(ret))
+		put(&l, ",\"by\":\"nccl\"");
 	emit(&l);
 }
 
@@ -303,7 +319,7 @@ EXPORT int bind(int fd, const struct sockaddr *sa, socklen_t len)
 		next_bind = (int (*)(int, const struct sockaddr *, socklen_t))next("bind");
 	int rc = next_bind(fd, sa, len), e = errno;
 	if (sa)
-		sock_record("bind", fd, sa, len, rc, e);
+		sock_record("bind", fd, sa, len, rc, e, __builtin_return_address(0));
 	errno = e;
 	return rc;
 }
@@ -314,7 +330,7 @@ EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		next_connect = (int (*)(int, const struct sockaddr *, socklen_t))next("connect");
 	int rc = next_connect(fd, sa, len), e = errno;
 	if (sa && sa->sa_family == AF_UNIX) /* TCP connections are gloo's and NCCL's mesh */
-		sock_record("connect", fd, sa, len, rc, e);
+		sock_record("connect", fd, sa, len, rc, e, __builtin_return_address(0));
 	errno = e;
 	return rc;
 }
@@ -324,7 +340,7 @@ EXPORT int listen(int fd, int backlog)
 	if (!next_listen)
 		next_listen = (int (*)(int, int))next("listen");
 	int rc = next_listen(fd, backlog), e = errno;
-	sock_record("listen", fd, NULL, 0, rc, e);
+	sock_record("listen", fd, NULL, 0, rc, e, __builtin_return_address(0));
 	errno = e;
 	return rc;
 }

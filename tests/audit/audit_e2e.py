@@ -200,15 +200,18 @@ def case_preload_local():
     exe, lib = sys.argv[4], sys.argv[5]
     pre = os.path.join(os.path.dirname(RUN), "audit", "libdptp-audit.so")
     env = dict(os.environ, LD_PRELOAD=pre, DPTP_AUDIT_DIR=TMP, DPTP_AUDIT_PPID=str(os.getpid()), RANK="0",
-               WORLD_SIZE="1", LOCAL_RANK="0")
+               WORLD_SIZE="1", LOCAL_RANK="0", FAKE_NCCL_BIND_PORT="28028")
     p = subprocess.run([exe, lib], env=env, capture_output=True, text=True, timeout=30)
     if p.returncode != 0 or "returned 0" not in p.stdout:
         fail("rc %d: %s %s" % (p.returncode, p.stdout, p.stderr))
     recs = [json.loads(l) for l in open(os.path.join(TMP, "r0.a0.c.jsonl"))]
     kinds = [(r["k"], r.get("call"), r.get("op")) for r in recs]
-    if kinds != [("hello", None, None), ("nccl", "init", None), ("nccl", "op", "all_reduce")]:
+    if kinds != [("hello", None, None), ("sock", "bind", None), ("nccl", "init", None), ("nccl", "op", "all_reduce")]:
         fail("records: %s" % recs)
-    if recs[2]["id"] != recs[1]["id"] or recs[2]["n"] != 16 or recs[1]["rc"] != 0:
+    # a port libnccl binds itself (NCCL's RAS port) is marked as NCCL's
+    if recs[1].get("by") != "nccl" or recs[1].get("port") != 28028:
+        fail("NCCL's own bind not marked: %s" % recs[1])
+    if recs[3]["id"] != recs[2]["id"] or recs[3]["n"] != 16 or recs[2]["rc"] != 0:
         fail("records: %s" % recs)
 
 
