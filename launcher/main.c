@@ -1,4 +1,4 @@
-#include "run.h"
+#include "agent/dptp_run.h"
 
 int main(int argc, char **argv)
 {

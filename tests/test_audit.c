@@ -12,9 +12,8 @@
 
 #include <cmocka.h>
 
-#include "audit_analyze.h"
+#include "audit/audit_analyze.h"
 #include "base/audit_rec.h"
-#include "../launcher/logs.h"
 
 static void test_parse(void **state)
 {
@@ -53,7 +52,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	rm_tree(dir);
+	dptp_rm_tree(dir);
 	return 0;
 }
 
@@ -115,7 +114,7 @@ static void test_healthy(void **state)
 	for (size_t i = 0; i < res.nf; i++)
 		print_message("unexpected: %c %s\n", res.f[i].mech, res.f[i].detail);
 	assert_int_equal(res.nf, 0);
-	audit_result_release(&res);
+	audit_analyze_result_release(&res);
 }
 
 /* NCCL's RAS port, bound from inside libnccl by every process (the
@@ -140,7 +139,7 @@ static void test_nccl_own_port(void **state)
 	for (size_t i = 0; i < res.nf; i++)
 		print_message("unexpected: %c %s\n", res.f[i].mech, res.f[i].detail);
 	assert_int_equal(res.nf, 0);
-	audit_result_release(&res);
+	audit_analyze_result_release(&res);
 }
 
 static void test_nccl_own_port_by_program(void **state)
@@ -152,7 +151,7 @@ static void test_nccl_own_port_by_program(void **state)
 	assert_true(res.nf >= 1);
 	assert_true(res.f[0].mech == 'I' || res.f[0].mech == 'C');
 	assert_non_null(strstr(res.f[0].detail, "28028"));
-	audit_result_release(&res);
+	audit_analyze_result_release(&res);
 }
 
 static void test_p_size(void **state)
@@ -168,7 +167,7 @@ static void test_p_size(void **state)
 	assert_int_equal(res.f[0].mech, 'P');
 	assert_int_equal(res.f[0].nreplicas, 2);
 	assert_non_null(strstr(res.f[0].detail, "n=6"));
-	audit_result_release(&res);
+	audit_analyze_result_release(&res);
 }
 
 static void test_p_missing(void **state)
@@ -189,7 +188,7 @@ static void test_p_missing(void **state)
 	assert_int_equal(res.f[0].ranks[0], 2);
 	assert_int_equal(res.f[0].replicas[0], 1);
 	assert_non_null(strstr(res.f[0].detail, "never entered all_reduce"));
-	audit_result_release(&res);
+	audit_analyze_result_release(&res);
 }
 
 static void test_r_twin(void **state)
@@ -204,7 +203,7 @@ static void test_r_twin(void **state)
 	assert_int_equal(res.f[0].mech, 'R');
 	assert_int_equal(res.f[0].nranks, 1);
 	assert_int_equal(res.f[0].ranks[0], 2);
-	audit_result_release(&res);
+	audit_analyze_result_release(&res);
 }
 
 static void test_g_cross(void **state)
@@ -222,7 +221,7 @@ static void test_g_cross(void **state)
 		assert_int_equal(res.f[i].mech, 'G');
 		assert_int_equal(res.f[i].replicas[0], 1);
 	}
-	audit_result_release(&res);
+	audit_analyze_result_release(&res);
 }
 
 static void test_nccl(void **state)
@@ -251,7 +250,7 @@ static void test_nccl(void **state)
 	assert_int_equal(res.f[0].replicas[0], 1);
 	assert_int_equal(res.f[1].mech, 'R');
 	assert_int_equal(res.f[1].replicas[0], 0);
-	audit_result_release(&res);
+	audit_analyze_result_release(&res);
 }
 
 static void test_layout(void **state)
@@ -264,14 +263,14 @@ static void test_layout(void **state)
 	assert_true(res.layout_known);
 	assert_int_equal(res.layout.dp, 2);
 	assert_int_equal(res.nf, 0);
-	audit_result_release(&res);
+	audit_analyze_result_release(&res);
 	/* a subgroup that is no TP/PP/DP/EP group of any layout */
 	rec(0, "py", "{\"k\":\"group\",\"g\":[0,3],\"gn\":0,\"site\":\"m.py:1\"}");
 	rec(2, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":2,\"world\":4,\"local_rank\":2,\"pid\":1,\"host\":\"h\"}");
 	analyze(&res, false);
 	assert_false(res.layout_known);
 	assert_non_null(strstr(res.layout_how, "could not be inferred"));
-	audit_result_release(&res);
+	audit_analyze_result_release(&res);
 }
 
 int main(void)

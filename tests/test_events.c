@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "events.h"
+#include "output/events.h"
 
 static void test_float_repr(void **state)
 {

@@ -1,5 +1,5 @@
 /* Unit tests of dptp-run's command line, template substitution and failure
- * report (launcher/args.c, env.c, failure.c). */
+ * report (launcher/cli/run_opts.c, agent/env.c, output/failure.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,20 +10,20 @@
 
 #include <cmocka.h>
 
-#include "../launcher/args.h"
-#include "../launcher/env.h"
-#include "../launcher/failure.h"
+#include "cli/run_opts.h"
+#include "agent/env.h"
+#include "output/failure.h"
 
 static FILE *sink;
 
-static enum run_args_result parse(struct run_opts *o, const char **args)
+static enum run_opts_result parse(struct run_opts *o, const char **args)
 {
 	static char *argv[32]; /* o keeps pointers into it */
 	argv[0] = "dptp-run";
 	int argc = 1;
 	for (; args[argc - 1]; argc++)
 		argv[argc] = (char *)args[argc - 1];
-	return run_args_parse(o, argc, argv, sink, sink);
+	return run_opts_parse(o, argc, argv, sink, sink);
 }
 
 static void test_defaults(void **state)
@@ -31,7 +31,7 @@ static void test_defaults(void **state)
 	struct run_opts o;
 	const char *a[] = {"train.py", "--lr", "1", NULL};
 	unsetenv("PET_NPROC_PER_NODE");
-	assert_int_equal(parse(&o, a), RUN_ARGS_OK);
+	assert_int_equal(parse(&o, a), RUN_OPTS_OK);
 	assert_int_equal(o.nproc, 1);
 	assert_int_equal(o.max_nodes, 1);
 	assert_string_equal(o.rdzv_backend, "static");
@@ -56,7 +56,7 @@ static void test_spellings(void **state)
 	};
 	for (size_t i = 0; i < DPTP_ARRAY_LEN(forms); i++) {
 		struct run_opts o;
-		assert_int_equal(parse(&o, forms[i]), RUN_ARGS_OK);
+		assert_int_equal(parse(&o, forms[i]), RUN_OPTS_OK);
 		assert_int_equal(o.nproc, 4);
 		run_opts_release(&o);
 	}
@@ -66,9 +66,9 @@ static void test_short_and_remainder(void **state)
 {
 	struct run_opts o;
 	const char *a[] = {"-r3", "-t=1", "-m", "mod", "--nproc-per-node=9", NULL};
-	assert_int_equal(parse(&o, a), RUN_ARGS_OK);
-	assert_int_equal(run_std_for(&o.redirects, 5), 3);
-	assert_int_equal(run_std_for(&o.tee, 0), 1);
+	assert_int_equal(parse(&o, a), RUN_OPTS_OK);
+	assert_int_equal(run_opts_std_for(&o.redirects, 5), 3);
+	assert_int_equal(run_opts_std_for(&o.tee, 0), 1);
 	assert_true(o.module);
 	assert_int_equal(o.nproc, 1);
 	assert_int_equal(o.nscript_args, 1);
@@ -80,7 +80,7 @@ static void test_dashdash(void **state)
 {
 	struct run_opts o;
 	const char *a[] = {"-m", "scripts.base_train", "--", "--depth=20", "--", "x", NULL};
-	assert_int_equal(parse(&o, a), RUN_ARGS_OK);
+	assert_int_equal(parse(&o, a), RUN_OPTS_OK);
 	assert_string_equal(o.script, "scripts.base_train");
 	assert_int_equal(o.nscript_args, 3);
 	assert_string_equal(o.script_args[0], "--depth=20");
@@ -88,19 +88,19 @@ static void test_dashdash(void **state)
 	assert_string_equal(o.script_args[2], "x");
 	run_opts_release(&o);
 	const char *b[] = {"--", "t.py", "--", "--x", NULL};
-	assert_int_equal(parse(&o, b), RUN_ARGS_OK);
+	assert_int_equal(parse(&o, b), RUN_OPTS_OK);
 	assert_string_equal(o.script, "t.py");
 	assert_int_equal(o.nscript_args, 2);
 	assert_string_equal(o.script_args[0], "--");
 	run_opts_release(&o);
 	/* one further on is the script's (torchrun: "echo a -- b" prints "a -- b") */
 	const char *c[] = {"--no-python", "echo", "a", "--", "b", NULL};
-	assert_int_equal(parse(&o, c), RUN_ARGS_OK);
+	assert_int_equal(parse(&o, c), RUN_OPTS_OK);
 	assert_int_equal(o.nscript_args, 3);
 	assert_string_equal(o.script_args[1], "--");
 	run_opts_release(&o);
 	const char *d[] = {"t.py", "--", "--", "b", NULL};
-	assert_int_equal(parse(&o, d), RUN_ARGS_OK);
+	assert_int_equal(parse(&o, d), RUN_OPTS_OK);
 	assert_int_equal(o.nscript_args, 2);
 	assert_string_equal(o.script_args[0], "--");
 	run_opts_release(&o);
@@ -113,15 +113,15 @@ static void test_pet(void **state)
 	const char *b[] = {"--nproc-per-node=2", "t", NULL};
 	setenv("PET_NPROC_PER_NODE", "3", 1);
 	setenv("PET_STANDALONE", "1", 1);
-	assert_int_equal(parse(&o, a), RUN_ARGS_OK);
+	assert_int_equal(parse(&o, a), RUN_OPTS_OK);
 	assert_int_equal(o.nproc, 3);
 	assert_true(o.standalone);
 	run_opts_release(&o);
-	assert_int_equal(parse(&o, b), RUN_ARGS_OK);
+	assert_int_equal(parse(&o, b), RUN_OPTS_OK);
 	assert_int_equal(o.nproc, 2);
 	run_opts_release(&o);
 	setenv("PET_STANDALONE", "yes", 1);
-	assert_int_equal(parse(&o, a), RUN_ARGS_USAGE);
+	assert_int_equal(parse(&o, a), RUN_OPTS_USAGE);
 	unsetenv("PET_NPROC_PER_NODE");
 	unsetenv("PET_STANDALONE");
 }
@@ -145,21 +145,21 @@ static void test_errors(void **state)
 	};
 	for (size_t i = 0; i < DPTP_ARRAY_LEN(bad); i++) {
 		struct run_opts o;
-		assert_int_equal(parse(&o, bad[i]), RUN_ARGS_USAGE);
+		assert_int_equal(parse(&o, bad[i]), RUN_OPTS_USAGE);
 	}
 }
 
 static void test_std(void **state)
 {
-	struct run_std s;
+	struct run_opts_std s;
 	struct dptp_err err = {0};
-	assert_int_equal(run_std_parse("0:1,3:2", &s, &err), 0);
-	assert_int_equal(run_std_for(&s, 0), 1);
-	assert_int_equal(run_std_for(&s, 1), 0);
-	assert_int_equal(run_std_for(&s, 3), 2);
-	assert_int_equal(run_std_for(&s, 12), 0);
-	assert_true(run_std_parse("0:1,", &s, &err) < 0);
-	assert_true(run_std_parse("12:1", &s, &err) < 0);
+	assert_int_equal(run_opts_std_parse("0:1,3:2", &s, &err), 0);
+	assert_int_equal(run_opts_std_for(&s, 0), 1);
+	assert_int_equal(run_opts_std_for(&s, 1), 0);
+	assert_int_equal(run_opts_std_for(&s, 3), 2);
+	assert_int_equal(run_opts_std_for(&s, 12), 0);
+	assert_true(run_opts_std_parse("0:1,", &s, &err) < 0);
+	assert_true(run_opts_std_parse("12:1", &s, &err) < 0);
 	assert_non_null(strstr(err.msg, "does not match"));
 }
 
@@ -168,15 +168,15 @@ static void test_endpoint(void **state)
 	char host[64];
 	int port;
 	struct dptp_err err = {0};
-	assert_int_equal(run_parse_endpoint("node1:29400", host, sizeof(host), &port, &err), 0);
+	assert_int_equal(run_opts_parse_endpoint("node1:29400", host, sizeof(host), &port, &err), 0);
 	assert_string_equal(host, "node1");
 	assert_int_equal(port, 29400);
-	assert_int_equal(run_parse_endpoint("[::1]:5", host, sizeof(host), &port, &err), 0);
+	assert_int_equal(run_opts_parse_endpoint("[::1]:5", host, sizeof(host), &port, &err), 0);
 	assert_string_equal(host, "::1");
 	assert_int_equal(port, 5);
-	assert_int_equal(run_parse_endpoint("h", host, sizeof(host), &port, &err), 0);
+	assert_int_equal(run_opts_parse_endpoint("h", host, sizeof(host), &port, &err), 0);
 	assert_int_equal(port, -1);
-	assert_true(run_parse_endpoint("h:x", host, sizeof(host), &port, &err) < 0);
+	assert_true(run_opts_parse_endpoint("h:x", host, sizeof(host), &port, &err) < 0);
 }
 
 static void test_template(void **state)
@@ -275,7 +275,7 @@ static void test_help_from_table(void **state)
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *m = open_memstream(&buf, &len);
-	run_print_help(m);
+	run_opts_print_help(m);
 	fclose(m);
 	assert_non_null(strstr(buf, "usage: dptp-run [-h] [--nnodes NNODES]"));
 	assert_non_null(strstr(buf, "\n                [--numa-binding {node,socket,exclusive,core-complex}]\n"));
@@ -298,7 +298,7 @@ static void test_unsupported_warned(void **state)
 	FILE *m = open_memstream(&buf, &len);
 	char *a[] = {"dptp-run", "--numa-binding=node", "--logs-specs", "x", "--rdzv-backend=etcd",
 		"--event-log-handler=console", "--duplicate-stderr-filters=E", "t.py", NULL};
-	assert_int_equal(run_args_parse(&o, 8, a, m, m), RUN_ARGS_OK);
+	assert_int_equal(run_opts_parse(&o, 8, a, m, m), RUN_OPTS_OK);
 	fclose(m);
 	static const char *const want[] = {"--rdzv-backend=etcd:"};
 	for (size_t i = 0; i < DPTP_ARRAY_LEN(want); i++) {
@@ -316,7 +316,7 @@ static void test_unsupported_warned(void **state)
 	char *b[] = {"dptp-run", "t.py", NULL};
 	buf = NULL;
 	m = open_memstream(&buf, &len);
-	assert_int_equal(run_args_parse(&o, 2, b, m, m), RUN_ARGS_OK);
+	assert_int_equal(run_opts_parse(&o, 2, b, m, m), RUN_OPTS_OK);
 	fclose(m);
 	assert_string_equal(buf, "");
 	run_opts_release(&o);
@@ -335,7 +335,7 @@ static void test_launcher_env_untouched(void **state)
 	unsetenv("TORCHELASTIC_SIGNALS_TO_HANDLE");
 	unsetenv("PET_NPROC_PER_NODE");
 	FILE *m = open_memstream(&buf, &len);
-	assert_int_equal(run_args_parse(&o, 3, a, m, m), RUN_ARGS_OK);
+	assert_int_equal(run_opts_parse(&o, 3, a, m, m), RUN_OPTS_OK);
 	env_launcher_setup(&o, m);
 	fclose(m);
 	assert_non_null(strstr(buf, "Setting OMP_NUM_THREADS environment variable for each process to be 1"));

@@ -21,8 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "logs.h"
-#include "numa.h"
+#include "agent/numa.h"
 
 static const char *GPUS = "0000:01:00.0,0000:81:00.0,0000:02:00.0,0000:C1:00.0,0000:03:00.0";
 
@@ -100,7 +99,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	rm_tree(*state);
+	dptp_rm_tree(*state);
 	free(*state);
 	return 0;
 }

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv_state.h"
+#include "rdzv/rdzv_state.h"
 
 struct blob {
 	char name[64];
@@ -187,7 +187,7 @@ static void test_python_states(void **st)
 				assert_int_equal(s->rank[1], 1);
 				assert_int_equal(s->nwait, 1);
 				assert_int_equal(s->nheart, 1);
-				assert_true(rdzv_nd_eq(&s->heart[0], &s->part[0]));
+				assert_true(rdzv_state_nd_eq(&s->heart[0], &s->part[0]));
 			}
 		} else {
 			int rc = rdzv_state_decode(b[i].b, b[i].n, s, &err);
@@ -280,19 +280,19 @@ static void test_base64(void **st)
 	(void)st;
 	uint8_t *o = NULL;
 	size_t n = 0;
-	char *e = rdzv_b64_encode((const uint8_t *)"canimadam", 9);
+	char *e = rdzv_state_b64_encode((const uint8_t *)"canimadam", 9);
 	assert_string_equal(e, RDZV_NULL_SENTINEL);
 	free(e);
-	e = rdzv_b64_encode((const uint8_t *)"ab", 2);
+	e = rdzv_state_b64_encode((const uint8_t *)"ab", 2);
 	assert_string_equal(e, "YWI=");
-	assert_int_equal(rdzv_b64_decode(e, 4, &o, &n), 0);
+	assert_int_equal(rdzv_state_b64_decode(e, 4, &o, &n), 0);
 	assert_int_equal(n, 2);
 	assert_memory_equal(o, "ab", 2);
 	free(o);
 	free(e);
-	assert_int_equal(rdzv_b64_decode("YW=I", 4, &o, &n), -EPROTO);
-	assert_int_equal(rdzv_b64_decode("YWI", 3, &o, &n), -EPROTO);
-	assert_int_equal(rdzv_b64_decode("Y*I=", 4, &o, &n), -EPROTO);
+	assert_int_equal(rdzv_state_b64_decode("YW=I", 4, &o, &n), -EPROTO);
+	assert_int_equal(rdzv_state_b64_decode("YWI", 3, &o, &n), -EPROTO);
+	assert_int_equal(rdzv_state_b64_decode("Y*I=", 4, &o, &n), -EPROTO);
 }
 
 int main(void)

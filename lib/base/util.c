@@ -1,6 +1,7 @@
 #include "base/util.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -240,4 +241,18 @@ int dptp_fd_io(int fd, bool wr, void *p, size_t bytes, size_t off)
 		bytes -= (size_t)k;
 	}
 	return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+void dptp_rm_tree(const char *dir)
+{
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

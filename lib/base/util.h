@@ -89,6 +89,9 @@ void dptp_big_free(void *p, size_t bytes);
  * costs 5.5 us a page, a read 0.9 us; pwrite 0.2 us a page, measured). */
 int dptp_fd_io(int fd, bool wr, void *p, size_t bytes, size_t off);
 
+/* Removes a folder and everything in it, ignoring errors (shutil.rmtree). */
+void dptp_rm_tree(const char *dir);
+
 /* fp16/bf16 <-> float (round to nearest even) live in dtype.h, inline. */
 #include "base/dtype.h"
 

@@ -1,4 +1,4 @@
-/* libFuzzer: the c10d rendezvous state decoder (launcher/rdzv_state.c), the
+/* libFuzzer: the c10d rendezvous state decoder (launcher/rdzv/rdzv_state.c), the
  * bytes anyone who reaches the store port can write under
  * /torch.rendezvous.<id>. A state it accepts must encode, and the encoding
  * must decode to the same state and encode to the same bytes again. */
@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv_state.h"
+#include "rdzv/rdzv_state.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static bool same_nodes(const struct rdzv_nd *a, const struct rdzv_nd *b, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++)
-		if (!rdzv_nd_eq(&a[i], &b[i]))
+		if (!rdzv_state_nd_eq(&a[i], &b[i]))
 			return false;
 	return true;
 }

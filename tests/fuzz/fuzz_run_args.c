@@ -1,10 +1,10 @@
-/* libFuzzer: dptp-run's torchrun command line (launcher/args.c) on an argv
+/* libFuzzer: dptp-run's torchrun command line (launcher/cli/run_opts.c) on an argv
  * made of the input split at NUL bytes. Help and usage go to /dev/null. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "args.h"
+#include "cli/run_opts.h"
 #include "fuzz_argv.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -19,13 +19,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int argc = fuzz_argv_split(data, size, "dptp-run", argv, copy);
 	struct run_opts o;
 	memset(&o, 0, sizeof(o));
-	enum run_args_result r = run_args_parse(&o, argc, argv, devnull, devnull);
-	if (r != RUN_ARGS_OK && r != RUN_ARGS_HELP && r != RUN_ARGS_USAGE)
+	enum run_opts_result r = run_opts_parse(&o, argc, argv, devnull, devnull);
+	if (r != RUN_OPTS_OK && r != RUN_OPTS_HELP && r != RUN_OPTS_USAGE)
 		__builtin_trap();
-	if (r == RUN_ARGS_OK) {
+	if (r == RUN_OPTS_OK) {
 		for (unsigned lr = 0; lr < 16; lr++) {
-			(void)run_std_for(&o.redirects, lr);
-			(void)run_std_for(&o.tee, lr);
+			(void)run_opts_std_for(&o.redirects, lr);
+			(void)run_opts_std_for(&o.tee, lr);
 		}
 	}
 	run_opts_release(&o);

@@ -2,16 +2,61 @@
 # The layer rule of lib/ (README "How it works"): a folder includes only
 # folders below it, kernels/ uses lib/base at most, and lib/ never prints to
 # the terminal nor exits (writers write to the FILE their caller passes).
+# launcher/ keeps layers too (launcher/meson.build): its headers are named
+# from launcher/ ("folder/file.h"), a folder includes only folders below it
+# and lib/, and lib/ never includes launcher/.
 # usage: layers.sh SOURCE_ROOT            check the tree, exit 1 on a breach
 #        layers.sh --self-test SOURCE_ROOT prove that a breach is caught
 set -u
 LAYERS="base wire bootstrap plane ipc report checks"
+LAUNCHER_LAYERS="log output audit cli rdzv pmix agent"
 
 rank_of() { # layer name -> index, or empty
 	i=0
 	for l in $LAYERS; do
 		[ "$l" = "$1" ] && { echo $i; return; }
 		i=$((i + 1))
+	done
+}
+
+launcher_rank_of() { # launcher layer name -> index, or empty
+	i=0
+	for l in $LAUNCHER_LAYERS; do
+		[ "$l" = "$1" ] && { echo $i; return; }
+		i=$((i + 1))
+	done
+}
+
+# launcher/: each folder's files, then main.c (above every folder)
+check_launcher() {
+	root=$1
+	top=$(echo $LAUNCHER_LAYERS | wc -w)
+	for l in $LAUNCHER_LAYERS; do
+		# a folder named like a lib layer would make "x/y.h" ambiguous
+		[ -n "$(rank_of "$l")" ] && echo "layers: launcher/$l has the name of a lib/ layer"
+		[ -d "$root/launcher/$l" ] || echo "layers: launcher/$l is missing"
+	done
+	for f in "$root"/launcher/*.[ch] "$root"/launcher/*/*.[ch]; do
+		[ -e "$f" ] || continue
+		rel=${f#"$root"/}
+		dir=${rel#launcher/}
+		case $dir in
+		main.c) me=$top dir=. ;;
+		*/*) dir=${dir%%/*} me=$(launcher_rank_of "$dir") ;;
+		*) echo "$rel: launcher/ holds main.c only; a file belongs in a layer folder"; continue ;;
+		esac
+		[ -n "$me" ] || { echo "$rel: launcher/$dir is not a layer (launcher/meson.build, LAUNCHER_LAYERS)"; continue; }
+		grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
+		sed 's/^\([0-9]*\):.*"\(.*\)".*/\1 \2/' | while read -r line inc; do
+			[ "$inc" = dptp-config.h ] && continue
+			t=${inc%%/*}
+			them=$(launcher_rank_of "$t")
+			if [ "$t" = "$inc" ] || { [ -z "$them" ] && [ -z "$(rank_of "$t")" ]; }; then
+				echo "$rel:$line: includes \"$inc\": name launcher headers from launcher/ (\"folder/file.h\"), lib headers from lib/"
+			elif [ -n "$them" ] && [ "$them" -gt "$me" ]; then
+				echo "$rel:$line: launcher/$dir includes \"$inc\" of launcher/$t, a higher layer"
+			fi
+		done
 	done
 }
 
@@ -64,8 +109,9 @@ check() {
 		grep -vE '^[0-9]+:[[:space:]]*(/?\*|//)' |
 		sed "s|^|${f#"$root"/}:|; s/\$/  (lib\/ never prints nor exits)/" >>"$tmp/print"
 	done
-	cat "$tmp/kern" "$tmp/print"
-	[ -s "$tmp/breaches" ] || [ -s "$tmp/kern" ] || [ -s "$tmp/print" ] && bad=1
+	check_launcher "$root" >"$tmp/launcher"
+	cat "$tmp/kern" "$tmp/print" "$tmp/launcher"
+	[ -s "$tmp/breaches" ] || [ -s "$tmp/kern" ] || [ -s "$tmp/print" ] || [ -s "$tmp/launcher" ] && bad=1
 	return $bad
 }
 
@@ -77,23 +123,27 @@ if [ "${1:-}" = "--self-test" ]; then
 	src=$2
 	fail=0
 	# each breach, made in a copy of the tree, must be caught
-	for breach in 'base/util.c:#include "checks/check.h"' 'plane/group.h:#include "report/report.h"' \
-		      'wire/tcpstore_proto.c:#include "util.h"' 'ipc/ipcsock.c:int f(void) { printf("x"); return 0; }' \
-		      'report/report.c:static void g(void) { exit(1); }' \
-		      'checks/check.c:static void h(void) { fputs("/dev/stdout", stderr); }'; do
+	for breach in 'lib/base/util.c:#include "checks/check.h"' 'lib/plane/group.h:#include "report/report.h"' \
+		      'lib/wire/tcpstore_proto.c:#include "util.h"' 'lib/ipc/ipcsock.c:int f(void) { printf("x"); return 0; }' \
+		      'lib/report/report.c:static void g(void) { exit(1); }' \
+		      'lib/checks/check.c:static void h(void) { fputs("/dev/stdout", stderr); }' \
+		      'lib/base/util.c:#include "rdzv/rendezvous.h"' \
+		      'launcher/log/glog.c:#include "agent/env.h"' 'launcher/output/logs.h:#include "pmix/xnode.h"' \
+		      'launcher/rdzv/rdzv_common.c:#include "rendezvous.h"' 'launcher/cli/run_opts.c:#include "../agent/env.h"' \
+		      'launcher/stray.c:#include "log/glog.h"'; do
 		file=${breach%%:*}
 		text=${breach#*:}
-		rm -rf "$tmp/tree" && mkdir -p "$tmp/tree" && cp -r "$src/lib" "$src/kernels" "$tmp/tree/"
-		printf '%s\n' "$text" >>"$tmp/tree/lib/$file"
+		rm -rf "$tmp/tree" && mkdir -p "$tmp/tree" && cp -r "$src/lib" "$src/kernels" "$src/launcher" "$tmp/tree/"
+		printf '%s\n' "$text" >>"$tmp/tree/$file"
 		: >"$tmp/kern"
 		if (check "$tmp/tree" >/dev/null); then
-			echo "not caught: '$text' in lib/$file"
+			echo "not caught: '$text' in $file"
 			fail=1
 		else
-			echo "caught: '$text' in lib/$file"
+			echo "caught: '$text' in $file"
 		fi
 	done
-	rm -rf "$tmp/tree" && mkdir -p "$tmp/tree" && cp -r "$src/lib" "$src/kernels" "$tmp/tree/"
+	rm -rf "$tmp/tree" && mkdir -p "$tmp/tree" && cp -r "$src/lib" "$src/kernels" "$src/launcher" "$tmp/tree/"
 	printf '#include "plane/group.h"\n' >>"$tmp/tree/kernels/plan.h"
 	: >"$tmp/kern"
 	if (check "$tmp/tree" >/dev/null); then echo "not caught: kernels/ including lib/plane"; fail=1
@@ -101,4 +151,5 @@ if [ "${1:-}" = "--self-test" ]; then
 	exit $fail
 fi
 
-check "${1:?usage: layers.sh SOURCE_ROOT}" && echo "layers: lib/ keeps its layers ($LAYERS)"
+check "${1:?usage: layers.sh SOURCE_ROOT}" &&
+	echo "layers: lib/ keeps its layers ($LAYERS), launcher/ its own ($LAUNCHER_LAYERS)"

@@ -1,0 +1,940 @@
+/* Cross-node PMIx fences over the store (see xnode.h). */
+#include "pmix/xnode.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <netdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log/glog.h"
+#include "wire/tcpstore.h"
+
+enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT, X_HB, X_PWAIT, X_PGET };
+
+struct xop {
+	int fd;
+	enum xstate st;
+	uint8_t *out, *in;
+	size_t outlen, outoff, outcap, inlen, incap;
+	double deadline;
+	bool echo; /* the PING echo is still to come */
+	struct pmix_srv_fence *fence; /* NULL: the failure watch */
+	struct pmix_srv_dmodex *dmdx; /* X_RWAIT, X_RGET */
+	unsigned *inv;
+	size_t ninv;
+	char base[192];
+};
+
+struct seqent {
+	char sig[24];
+	unsigned long n;
+};
+
+struct xnode {
+	char host[256];
+	unsigned port;
+	char prefix[128];
+	const struct rdzv_node *nodes;
+	unsigned nnodes, me;
+	double timeout;
+	struct xop *ops[XNODE_MAX_FDS];
+	size_t nops;
+	struct seqent *seqs;
+	size_t nseqs;
+	unsigned long count;
+	int failed_node;
+	struct pmix_srv *srv;
+	struct xop *serve; /* pops other nodes' direct-modex requests */
+	int finish; /* 0 not asked, 1 waiting for the other nodes, 2 all done */
+	unsigned long dmdx_id;
+	/* liveness: every hb_interval s this node ADDs 1 to <prefix>hb/<me>
+	 * and reads every other node's counter (ADD 0); a node whose counter
+	 * has not moved for hb_timeout s is lost, and so is the store (node
+	 * 0's, or the c10d endpoint) when it leaves a round unanswered as long */
+	struct xop *hb;
+	double hb_interval, hb_timeout, hb_next, hb_sent;
+	bool hb_waiting;
+	uint64_t *hb_val;
+	double *hb_seen;
+	int lost;          /* the lost node, -1 none */
+	char lost_why[160];
+};
+
+struct dmdx_token {
+	unsigned from;
+	unsigned long id;
+};
+
+__attribute__((format(printf, 1, 2)))
+static void xlog(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	glog_vlog('E', fmt, ap);
+	va_end(ap);
+}
+
+/* ---- frames ---- */
+
+static int put(struct xop *o, const void *p, size_t n)
+{
+	if (o->outlen + n > o->outcap) {
+		size_t cap = (o->outlen + n) * 2;
+		uint8_t *g = realloc(o->out, cap);
+		if (!g)
+			return -ENOMEM;
+		o->out = g;
+		o->outcap = cap;
+	}
+	if (n) /* p may be NULL for an empty value */
+		memcpy(o->out + o->outlen, p, n);
+	o->outlen += n;
+	return 0;
+}
+
+static int put_u8(struct xop *o, uint8_t v) { return put(o, &v, 1); }
+static int put_u64(struct xop *o, uint64_t v)
+{
+	uint8_t b[8];
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+	return put(o, b, 8);
+}
+static int put_str(struct xop *o, const void *p, size_t n) { return put_u64(o, n) || put(o, p, n) ? -ENOMEM : 0; }
+static uint64_t get_u64(const uint8_t *b)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | b[i];
+	return v;
+}
+
+static int handshake(struct xop *o)
+{
+	uint8_t h[10] = {DPTP_TCPSTORE_VALIDATE, 0xce, 0xf7, 0x85, 0x3c, DPTP_TCPSTORE_PING};
+	uint32_t nonce = (uint32_t)getpid();
+	memcpy(h + 6, &nonce, 4); /* little-endian hosts only, as the protocol */
+	return put(o, h, sizeof(h));
+}
+
+static int frame_set(struct xop *o, const char *key, const void *v, size_t n)
+{
+	return put_u8(o, DPTP_TCPSTORE_SET) || put_str(o, key, strlen(key)) || put_str(o, v, n) ? -ENOMEM : 0;
+}
+
+static int frame_wait(struct xop *o, const char *key)
+{
+	return put_u8(o, DPTP_TCPSTORE_WAIT) || put_u64(o, 1) || put_str(o, key, strlen(key)) ? -ENOMEM : 0;
+}
+
+/* ---- connections ---- */
+
+static int dial(const struct xnode *x)
+{
+	char service[16];
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+	int fd = -1;
+	char plain[256];
+	snprintf(service, sizeof(service), "%u", x->port);
+	if (getaddrinfo(dptp_host_unbracket(x->host, plain, sizeof(plain)), service, &hints, &res) != 0)
+		return -EHOSTUNREACH;
+	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+		if (fd < 0)
+			continue;
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
+			close(fd);
+			fd = -1;
+			continue;
+		}
+		/* bounded: the store answered the rendezvous moments ago */
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		int soerr = 0;
+		socklen_t sl = sizeof(soerr);
+		if (poll(&p, 1, 5000) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	return fd >= 0 ? fd : -ECONNREFUSED;
+}
+
+static void op_free(struct xop *o)
+{
+	if (o->fd >= 0)
+		close(o->fd);
+	free(o->out);
+	free(o->in);
+	free(o->inv);
+	free(o);
+}
+
+static void op_fail(struct xop *o, const char *why)
+{
+	if (o->st == X_DADD || o->st == X_DWAIT)
+		xlog("waiting for the other nodes' workers: %s", why);
+	if (o->dmdx) {
+		xlog("direct modex %s failed: %s", o->base, why);
+		pmix_srv_dmodex_complete(o->dmdx, false, NULL, 0);
+		o->dmdx = NULL;
+	}
+	if (o->fence) {
+		xlog("cross-node fence %s failed: %s", o->base, why);
+		pmix_srv_fence_complete(o->fence, false, NULL, 0);
+		o->fence = NULL;
+	}
+	op_free(o);
+}
+
+static struct xop *op_new(struct xnode *x, double timeout)
+{
+	struct xop *o;
+	if (x->nops >= XNODE_MAX_FDS)
+		return NULL;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return NULL;
+	o->fd = dial(x);
+	if (o->fd < 0 || handshake(o) < 0) {
+		op_free(o);
+		return NULL;
+	}
+	o->deadline = timeout > 0 ? dptp_now() + timeout : 0;
+	o->echo = true;
+	x->ops[x->nops++] = o;
+	return o;
+}
+
+static int qkey(const struct xnode *x, unsigned node, char *key, size_t len)
+{
+	return snprintf(key, len, "%sdmodex/%u/queue", x->prefix, node);
+}
+
+int xnode_start(struct xnode **out, const char *host, unsigned port, const char *prefix,
+	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, double hb_interval,
+	double hb_timeout, struct pmix_srv *srv, struct dptp_err *err)
+{
+	struct xnode *x = calloc(1, sizeof(*x));
+	struct xop *w;
+	char key[192];
+	*out = NULL;
+	if (!x)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	snprintf(x->host, sizeof(x->host), "%s", host);
+	snprintf(x->prefix, sizeof(x->prefix), "%s", prefix);
+	x->port = port;
+	x->nodes = nodes;
+	x->nnodes = nnodes;
+	x->me = me;
+	x->timeout = timeout;
+	x->failed_node = -1;
+	w = op_new(x, 0);
+	snprintf(key, sizeof(key), "%sfailed", prefix);
+	if (!w || frame_wait(w, key) < 0) {
+		xnode_stop(x);
+		return dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u", key, host, port);
+	}
+	w->st = X_WATCH;
+	x->srv = srv;
+	x->serve = op_new(x, 0);
+	qkey(x, me, key, sizeof(key));
+	if (!x->serve || frame_wait(x->serve, key) < 0) {
+		xnode_stop(x);
+		return dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u", key, host, port);
+	}
+	x->serve->st = X_QWAIT;
+	x->lost = -1;
+	if (hb_interval > 0) {
+		double now = dptp_now();
+		x->hb = op_new(x, 0);
+		x->hb_val = calloc(nnodes, sizeof(*x->hb_val));
+		x->hb_seen = calloc(nnodes, sizeof(*x->hb_seen));
+		if (!x->hb || !x->hb_val || !x->hb_seen) {
+			xnode_stop(x);
+			return dptp_err_set(err, -ECONNREFUSED, "cannot send heartbeats to the store at %s:%u", host, port);
+		}
+		x->hb->st = X_HB;
+		x->hb_interval = hb_interval;
+		x->hb_timeout = hb_timeout;
+		x->hb_next = now;
+		for (unsigned k = 0; k < nnodes; k++)
+			x->hb_seen[k] = now;
+	}
+	*out = x;
+	return 0;
+}
+
+void xnode_stop(struct xnode *x)
+{
+	if (!x)
+		return;
+	for (size_t i = 0; i < x->nops; i++)
+		op_fail(x->ops[i], "the attempt ended");
+	free(x->seqs);
+	free(x->hb_val);
+	free(x->hb_seen);
+	free(x);
+}
+
+unsigned long xnode_count(const struct xnode *x)
+{
+	return x ? x->count : 0;
+}
+
+static int node_of(const struct xnode *x, unsigned rank)
+{
+	for (unsigned k = 0; k < x->nnodes; k++)
+		if (rank >= x->nodes[k].base && rank < x->nodes[k].base + x->nodes[k].nproc)
+			return (int)k;
+	return -1;
+}
+
+static int cmp_u(const void *a, const void *b)
+{
+	unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+	return x < y ? -1 : x > y;
+}
+
+void xnode_fence(struct xnode *x, struct pmix_srv_fence *f)
+{
+	bool *in = calloc(x->nnodes, sizeof(bool));
+	size_t nr = pmix_srv_fence_nranks(f), ninv = 0, dlen;
+	unsigned *ranks = NULL;
+	char sig[24], key[256];
+	const void *data = pmix_srv_fence_data(f, &dlen);
+	struct xop *o;
+	if (getenv("DPTP_RUN_DEBUG"))
+		fprintf(stderr, "dptp-run: node %u fence upcall over %zu proc(s)%s, %zu bytes\n", x->me, nr,
+			pmix_srv_fence_wildcard(f) ? " (wildcard)" : "", dlen);
+	if (!in)
+		goto fail;
+	if (pmix_srv_fence_foreign(f) < 0) {
+		xlog("a fence over another namespace's processes cannot cross nodes; failing it");
+		goto fail;
+	}
+	if (pmix_srv_fence_wildcard(f)) {
+		for (unsigned k = 0; k < x->nnodes; k++)
+			in[k] = true;
+		snprintf(sig, sizeof(sig), "all");
+	} else {
+		uint64_t h = 1469598103934665603ull;
+		ranks = malloc(nr * sizeof(*ranks));
+		if (!ranks)
+			goto fail;
+		for (size_t i = 0; i < nr; i++) {
+			int k = node_of(x, ranks[i] = pmix_srv_fence_rank(f, i));
+			if (k < 0) {
+				xlog("fence over rank %u, which no node of the job holds; failing it", ranks[i]);
+				goto fail;
+			}
+			in[k] = true;
+		}
+		qsort(ranks, nr, sizeof(*ranks), cmp_u);
+		for (size_t i = 0; i < nr; i++)
+			for (int b = 0; b < 4; b++)
+				h = (h ^ ((ranks[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
+		snprintf(sig, sizeof(sig), "%016llx", (unsigned long long)h);
+	}
+	for (unsigned k = 0; k < x->nnodes; k++)
+		ninv += in[k];
+	if (ninv == 1 && in[x->me]) { /* every participant is here */
+		pmix_srv_fence_complete(f, true, data, dlen);
+		goto out;
+	}
+	size_t s;
+	for (s = 0; s < x->nseqs && strcmp(x->seqs[s].sig, sig); s++)
+		;
+	if (s == x->nseqs) {
+		struct seqent *g = realloc(x->seqs, (x->nseqs + 1) * sizeof(*g));
+		if (!g)
+			goto fail;
+		x->seqs = g;
+		snprintf(g[s].sig, sizeof(g[s].sig), "%s", sig);
+		g[s].n = 0;
+		x->nseqs++;
+	}
+	o = op_new(x, x->timeout);
+	if (!o) {
+		xlog("cannot reach the store at %s:%u for a cross-node fence", x->host, x->port);
+		goto fail;
+	}
+	snprintf(o->base, sizeof(o->base), "%sfence/%s.%lu/", x->prefix, sig, x->seqs[s].n++);
+	if (getenv("DPTP_RUN_DEBUG"))
+		fprintf(stderr, "dptp-run: node %u fence %s over %zu node(s), %zu bytes\n", x->me, o->base, ninv, dlen);
+	o->inv = calloc(ninv, sizeof(*o->inv));
+	if (!o->inv) {
+		x->nops--;
+		op_free(o);
+		goto fail;
+	}
+	for (unsigned k = 0; k < x->nnodes; k++)
+		if (in[k])
+			o->inv[o->ninv++] = k;
+	o->fence = f;
+	o->st = X_ADD;
+	snprintf(key, sizeof(key), "%sblob/%u", o->base, x->me);
+	int rc = frame_set(o, key, data, dlen);
+	snprintf(key, sizeof(key), "%scount", o->base);
+	if (rc || put_u8(o, DPTP_TCPSTORE_ADD) || put_str(o, key, strlen(key)) || put_u64(o, 1)) {
+		x->nops--;
+		op_fail(o, "out of memory");
+	}
+	x->count++;
+	goto out;
+fail:
+	pmix_srv_fence_complete(f, false, NULL, 0);
+out:
+	free(in);
+	free(ranks);
+}
+
+static void hb_tick(struct xnode *x, double now);
+
+size_t xnode_pollfds(struct xnode *x, struct pollfd *pfd, size_t max)
+{
+	size_t n = 0;
+	if (x)
+		hb_tick(x, dptp_now()); /* before the poll: its frames go out now */
+	for (size_t i = 0; x && i < x->nops && n < max; i++)
+		pfd[n++] = (struct pollfd){.fd = x->ops[i]->fd,
+			.events = POLLIN | (x->ops[i]->outoff < x->ops[i]->outlen ? POLLOUT : 0)};
+	return n;
+}
+
+void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *data, size_t len);
+
+/* Whether o->in holds a whole MULTI_GET reply of n values: 1 (their
+ * total length in *total), 0 (more bytes needed), -EPROTO. */
+static int mget_reply(const struct xop *o, size_t n, size_t *total)
+{
+	size_t off = 0, sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (o->inlen < off + 8)
+			return 0;
+		uint64_t l = get_u64(o->in + off);
+		if (l > DPTP_TCPSTORE_MAX_VALUE)
+			return -EPROTO;
+		if (o->inlen < off + 8 + l)
+			return 0;
+		off += 8 + l;
+		sum += l;
+	}
+	if (total)
+		*total = sum;
+	return 1;
+}
+
+/* Consumes what the state needs from o->in. 1: the op is done (freed by the
+ * caller), 0: more bytes needed, <0: protocol error. */
+static int advance(struct xnode *x, struct xop *o)
+{
+	char key[256];
+	for (;;) {
+		if (o->echo) { /* the PING echo comes first */
+			if (o->inlen < 4)
+				return 0;
+			o->inlen -= 4;
+			memmove(o->in, o->in + 4, o->inlen);
+			o->echo = false;
+		}
+		switch (o->st) {
+		case X_WATCH:
+			if (o->inlen < 1)
+				return 0;
+			x->failed_node = (int)x->nnodes; /* which node: unknown here */
+			return 1;
+		case X_QWAIT: /* a request is queued: pop it */
+			if (o->inlen < 1)
+				return 0;
+			o->inlen--;
+			memmove(o->in, o->in + 1, o->inlen);
+			qkey(x, x->me, key, sizeof(key));
+			if (put_u8(o, DPTP_TCPSTORE_QUEUE_POP) || put_str(o, key, strlen(key)))
+				return -ENOMEM;
+			o->st = X_QPOP;
+			break;
+		case X_QPOP: {
+			uint64_t flag, l;
+			unsigned from, rank;
+			unsigned long id;
+			char req[64];
+			if (o->inlen < 8)
+				return 0;
+			flag = get_u64(o->in);
+			if (flag) {
+				if (o->inlen < 16)
+					return 0;
+				l = get_u64(o->in + 8);
+				if (l > DPTP_TCPSTORE_MAX_VALUE)
+					return -EPROTO;
+				if (o->inlen < 16 + l)
+					return 0;
+				if (l && o->in[16] == 'E') { /* another node's PMIx event */
+					if (pmix_srv_notify_local(x->srv, o->in + 17, l - 1) < 0)
+						xlog("cannot deliver another node's PMIx event to the local workers");
+					o->inlen -= 16 + l;
+					memmove(o->in, o->in + 16 + l, o->inlen);
+					goto rewait;
+				}
+				if (l >= sizeof(req))
+					return -EPROTO;
+				memcpy(req, o->in + 16, l);
+				req[l] = '\0';
+				o->inlen -= 16 + l;
+				memmove(o->in, o->in + 16 + l, o->inlen);
+				struct dmdx_token *t = malloc(sizeof(*t));
+				if (sscanf(req, "%u %lu %u", &from, &id, &rank) != 3 || !t) {
+					free(t);
+					return -EPROTO;
+				}
+				t->from = from;
+				t->id = id;
+				if (pmix_srv_dmodex_local(x->srv, rank, t) < 0)
+					xnode_dmodex_answer(x, t, false, NULL, 0);
+			} else {
+				o->inlen -= 8;
+				memmove(o->in, o->in + 8, o->inlen);
+			}
+rewait:
+			qkey(x, x->me, key, sizeof(key));
+			if (frame_wait(o, key) < 0)
+				return -ENOMEM;
+			o->st = X_QWAIT;
+			break;
+		}
+		case X_RWAIT:
+			if (o->inlen < 1)
+				return 0;
+			o->inlen--;
+			memmove(o->in, o->in + 1, o->inlen);
+			if (put_u8(o, DPTP_TCPSTORE_GET) || put_str(o, o->base, strlen(o->base)))
+				return -ENOMEM;
+			o->st = X_RGET;
+			break;
+		case X_RGET: {
+			uint64_t l;
+			if (o->inlen < 8)
+				return 0;
+			l = get_u64(o->in);
+			if (l > DPTP_TCPSTORE_MAX_VALUE || l < 1)
+				return -EPROTO;
+			if (o->inlen < 8 + l)
+				return 0;
+			pmix_srv_dmodex_complete(o->dmdx, o->in[8] == 0, o->in + 9, l - 1);
+			o->dmdx = NULL;
+			return 1;
+		}
+		case X_DADD: {
+			if (o->inlen < 8)
+				return 0;
+			uint64_t v = get_u64(o->in);
+			o->inlen -= 8;
+			memmove(o->in, o->in + 8, o->inlen);
+			snprintf(key, sizeof(key), "%sworkers_done/all", x->prefix);
+			if ((v == x->nnodes && frame_set(o, key, "1", 1) < 0) || frame_wait(o, key) < 0)
+				return -ENOMEM;
+			o->st = X_DWAIT;
+			break;
+		}
+		case X_DWAIT:
+			if (o->inlen < 1)
+				return 0;
+			x->finish = 2;
+			return 1;
+		case X_PWAIT: /* every other node published its workers' pids */
+			if (o->inlen < 1)
+				return 0;
+			o->inlen--;
+			memmove(o->in, o->in + 1, o->inlen);
+			if (put_u8(o, DPTP_TCPSTORE_MULTI_GET) || put_u64(o, x->nnodes))
+				return -ENOMEM;
+			for (unsigned k = 0; k < x->nnodes; k++) {
+				snprintf(key, sizeof(key), "%spids/%u", x->prefix, k);
+				if (put_str(o, key, strlen(key)) < 0)
+					return -ENOMEM;
+			}
+			o->st = X_PGET;
+			break;
+		case X_PGET: {
+			size_t off = 0;
+			int got = mget_reply(o, x->nnodes, NULL);
+			if (got <= 0)
+				return got;
+			for (unsigned k = 0; k < x->nnodes; k++) {
+				uint64_t l = get_u64(o->in + off);
+				char *v = strndup((const char *)o->in + off + 8, l), *p = v, *end;
+				for (unsigned i = 0; v && k != x->me && i < x->nodes[k].nproc; i++, p = end) {
+					long pid = strtol(p, &end, 10);
+					if (end == p || pid <= 0 || pid > INT32_MAX)
+						break;
+					pmix_srv_remote_pid(x->srv, x->nodes[k].base + i, (pid_t)pid);
+				}
+				free(v);
+				off += 8 + l;
+			}
+			return 1;
+		}
+		case X_HB: {
+			double now = dptp_now();
+			if (!x->hb_waiting || o->inlen < 8 * (size_t)x->nnodes)
+				return 0;
+			for (unsigned k = 0; k < x->nnodes; k++) {
+				uint64_t v = get_u64(o->in + 8 * k);
+				if (v != x->hb_val[k]) {
+					x->hb_val[k] = v;
+					x->hb_seen[k] = now;
+				}
+			}
+			o->inlen -= 8 * (size_t)x->nnodes;
+			memmove(o->in, o->in + 8 * (size_t)x->nnodes, o->inlen);
+			x->hb_waiting = false;
+			break;
+		}
+		case X_ADD: {
+			if (o->inlen < 8)
+				return 0;
+			uint64_t v = get_u64(o->in);
+			o->inlen -= 8;
+			memmove(o->in, o->in + 8, o->inlen);
+			if (v == o->ninv) {
+				snprintf(key, sizeof(key), "%sdone", o->base);
+				if (frame_set(o, key, "1", 1) < 0)
+					return -ENOMEM;
+			}
+			snprintf(key, sizeof(key), "%sdone", o->base);
+			if (frame_wait(o, key) < 0)
+				return -ENOMEM;
+			o->st = X_WAIT;
+			break;
+		}
+		case X_WAIT:
+			if (o->inlen < 1)
+				return 0;
+			if (o->in[0] != DPTP_TCPSTORE_STOP_WAITING)
+				return -EPROTO;
+			o->inlen--;
+			memmove(o->in, o->in + 1, o->inlen);
+			if (getenv("DPTP_RUN_DEBUG"))
+				fprintf(stderr, "dptp-run: node %u %sdone\n", x->me, o->base);
+			if (put_u8(o, DPTP_TCPSTORE_MULTI_GET) || put_u64(o, o->ninv))
+				return -ENOMEM;
+			for (size_t i = 0; i < o->ninv; i++) {
+				snprintf(key, sizeof(key), "%sblob/%u", o->base, o->inv[i]);
+				if (put_str(o, key, strlen(key)) < 0)
+					return -ENOMEM;
+			}
+			o->st = X_MGET;
+			break;
+		case X_MGET: {
+			size_t off = 0, total = 0;
+			int got = mget_reply(o, o->ninv, &total);
+			if (got <= 0)
+				return got;
+			/* concatenate in place */
+			uint8_t *cat = malloc(total ? total : 1);
+			if (!cat)
+				return -ENOMEM;
+			off = 0;
+			size_t w = 0;
+			for (size_t i = 0; i < o->ninv; i++) {
+				uint64_t l = get_u64(o->in + off);
+				memcpy(cat + w, o->in + off + 8, l);
+				w += l;
+				off += 8 + l;
+			}
+			if (getenv("DPTP_RUN_DEBUG"))
+				fprintf(stderr, "dptp-run: node %u %scomplete, %zu bytes\n", x->me, o->base, total);
+			pmix_srv_fence_complete(o->fence, true, cat, total);
+			o->fence = NULL;
+			free(cat);
+			return 1;
+		}
+		}
+	}
+}
+
+static void set_lost(struct xnode *x, unsigned node, const char *why)
+{
+	if (x->lost >= 0)
+		return;
+	x->lost = (int)node;
+	snprintf(x->lost_why, sizeof(x->lost_why), "%s", why);
+}
+
+/* Sends the heartbeat round when due; judges the other nodes' silence. */
+static void hb_tick(struct xnode *x, double now)
+{
+	char key[192], why[160];
+	if (!x->hb || x->finish == 2 || x->lost >= 0)
+		return;
+	if (x->hb_waiting && now - x->hb_sent > x->hb_timeout) {
+		snprintf(why, sizeof(why), "its store at %s:%u left a heartbeat unanswered for %.0f s", x->host, x->port,
+			now - x->hb_sent);
+		set_lost(x, 0, why);
+		return;
+	}
+	for (unsigned k = 0; k < x->nnodes; k++)
+		if (k != x->me && now - x->hb_seen[k] > x->hb_timeout) {
+			snprintf(why, sizeof(why), "no heartbeat for %.0f s", now - x->hb_seen[k]);
+			set_lost(x, k, why);
+			return;
+		}
+	if (x->hb_waiting || now < x->hb_next)
+		return;
+	for (unsigned k = 0; k < x->nnodes; k++) {
+		snprintf(key, sizeof(key), "%shb/%u", x->prefix, k);
+		if (put_u8(x->hb, DPTP_TCPSTORE_ADD) || put_str(x->hb, key, strlen(key)) || put_u64(x->hb, k == x->me))
+			return;
+	}
+	x->hb_waiting = true;
+	x->hb_sent = now;
+	x->hb_next = now + x->hb_interval;
+}
+
+int xnode_lost(const struct xnode *x, const char **why)
+{
+	if (!x || x->lost < 0)
+		return -1;
+	if (why)
+		*why = x->lost_why;
+	return x->lost;
+}
+
+double xnode_poll_timeout(const struct xnode *x, double timeout)
+{
+	if (x && x->hb && !x->hb_waiting) {
+		double left = x->hb_next - dptp_now();
+		if (left < timeout)
+			timeout = left > 0 ? left : 0;
+	}
+	return timeout;
+}
+
+int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
+{
+	double now = dptp_now();
+	if (!x)
+		return -1;
+	/* pfd[i] belongs to ops[i] as xnode_pollfds laid them out */
+	for (size_t i = n; i-- > 0;) {
+		struct xop *o = x->ops[i];
+		const char *why = NULL;
+		int rc = 0;
+		if (pfd[i].fd != o->fd)
+			continue;
+		if (pfd[i].revents & POLLOUT) {
+			ssize_t w = send(o->fd, o->out + o->outoff, o->outlen - o->outoff, MSG_NOSIGNAL);
+			if (w > 0) {
+				o->outoff += (size_t)w;
+				if (o->outoff == o->outlen)
+					o->outoff = o->outlen = 0;
+			} else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+				why = strerror(errno);
+			}
+		}
+		if (!why && (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+			if (o->inlen + 65536 > o->incap) {
+				size_t cap = (o->inlen + 65536) * 2;
+				uint8_t *g = realloc(o->in, cap);
+				if (!g)
+					why = "out of memory";
+				else {
+					o->in = g;
+					o->incap = cap;
+				}
+			}
+			if (!why) {
+				ssize_t r = recv(o->fd, o->in + o->inlen, o->incap - o->inlen, 0);
+				if (r > 0)
+					o->inlen += (size_t)r;
+				else if (r == 0)
+					why = "the store closed the connection";
+				else if (errno != EAGAIN && errno != EINTR)
+					why = strerror(errno);
+			}
+			if (!why && (rc = advance(x, o)) < 0)
+				why = rc == -ENOMEM ? "out of memory" : "unexpected reply from the store";
+		}
+		if (!why && rc == 0 && o->deadline > 0 && now >= o->deadline)
+			why = "timed out";
+		if (why && o == x->serve) {
+			xlog("lost the direct-modex queue on the store: %s", why);
+			x->serve = NULL;
+		}
+		if (why && o == x->hb) {
+			char w[160];
+			snprintf(w, sizeof(w), "its store at %s:%u: %s", x->host, x->port, why);
+			set_lost(x, 0, w);
+			x->hb = NULL;
+		}
+		if (why || rc == 1) {
+			if (o->st == X_WATCH && why && !strcmp(why, "the store closed the connection"))
+				x->failed_node = (int)x->nnodes; /* node 0 is gone */
+			else if (o->st == X_WATCH && why)
+				xlog("lost the failure watch on the store: %s", why);
+			memmove(&x->ops[i], &x->ops[i + 1], (x->nops - i - 1) * sizeof(x->ops[0]));
+			x->nops--;
+			if (o->st == X_DADD || o->st == X_DWAIT)
+				x->finish = 2;
+			if (why)
+				op_fail(o, why);
+			else
+				op_free(o);
+		}
+	}
+	/* deadlines of ops that saw no event */
+	for (size_t i = x->nops; i-- > 0;) {
+		struct xop *o = x->ops[i];
+		if (o->deadline > 0 && now >= o->deadline) {
+			memmove(&x->ops[i], &x->ops[i + 1], (x->nops - i - 1) * sizeof(x->ops[0]));
+			x->nops--;
+			if (o->st == X_DADD || o->st == X_DWAIT)
+				x->finish = 2;
+			op_fail(o, "timed out");
+		}
+	}
+	int f = x->failed_node;
+	x->failed_node = -1;
+	return f;
+}
+
+void xnode_dmodex(struct xnode *x, struct pmix_srv_dmodex *d)
+{
+	unsigned rank = pmix_srv_dmodex_rank(d);
+	int node = node_of(x, rank);
+	char key[192], req[64];
+	struct xop *o;
+	if (node < 0 || (unsigned)node == x->me) {
+		pmix_srv_dmodex_complete(d, false, NULL, 0);
+		return;
+	}
+	o = op_new(x, x->timeout);
+	if (!o) {
+		xlog("cannot reach the store at %s:%u for a direct modex", x->host, x->port);
+		pmix_srv_dmodex_complete(d, false, NULL, 0);
+		return;
+	}
+	unsigned long id = x->dmdx_id++;
+	snprintf(o->base, sizeof(o->base), "%sdmodex/%u/answer/%lu", x->prefix, x->me, id);
+	snprintf(req, sizeof(req), "%u %lu %u", x->me, id, rank);
+	qkey(x, (unsigned)node, key, sizeof(key));
+	o->dmdx = d;
+	o->st = X_RWAIT;
+	if (put_u8(o, DPTP_TCPSTORE_QUEUE_PUSH) || put_str(o, key, strlen(key)) || put_str(o, req, strlen(req)) ||
+	    frame_wait(o, o->base) < 0) {
+		x->nops--;
+		op_fail(o, "out of memory");
+	}
+}
+
+void xnode_notify(struct xnode *x, const void *blob, size_t len)
+{
+	char key[192];
+	uint8_t *v;
+	if (!x || !x->serve || len + 1 > DPTP_TCPSTORE_MAX_VALUE || !(v = malloc(len + 1)))
+		return;
+	v[0] = 'E';
+	memcpy(v + 1, blob, len);
+	for (unsigned k = 0; k < x->nnodes; k++) {
+		if (k == x->me)
+			continue;
+		qkey(x, k, key, sizeof(key));
+		/* QUEUE_PUSH has no reply: it can follow the pending WAIT */
+		if (put_u8(x->serve, DPTP_TCPSTORE_QUEUE_PUSH) || put_str(x->serve, key, strlen(key)) ||
+		    put_str(x->serve, v, len + 1))
+			xlog("cannot forward a PMIx event to node %u", k);
+	}
+	free(v);
+}
+
+void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *data, size_t len)
+{
+	struct dmdx_token *t = token;
+	char key[192];
+	uint8_t *v;
+	if (!x || !x->serve) {
+		free(t);
+		return;
+	}
+	v = malloc(len + 1);
+	if (v) {
+		v[0] = found ? 0 : 1;
+		if (len)
+			memcpy(v + 1, data, len);
+		snprintf(key, sizeof(key), "%sdmodex/%u/answer/%lu", x->prefix, t->from, t->id);
+		/* SET has no reply: it can follow the pending WAIT on the queue */
+		if (frame_set(x->serve, key, v, found ? len + 1 : 1) < 0)
+			xlog("out of memory answering a direct modex");
+	}
+	free(v);
+	free(t);
+}
+
+void xnode_publish_pids(struct xnode *x, const pid_t *pids, unsigned n)
+{
+	char key[192], *v = malloc((size_t)n * 12 + 1);
+	struct xop *o;
+	size_t off = 0;
+	if (!x || !x->serve || !v) {
+		free(v);
+		return;
+	}
+	v[0] = '\0';
+	for (unsigned i = 0; i < n; i++)
+		off += (size_t)snprintf(v + off, (size_t)n * 12 + 1 - off, "%s%d", i ? " " : "", (int)pids[i]);
+	snprintf(key, sizeof(key), "%spids/%u", x->prefix, x->me);
+	/* SET has no reply: it can follow the pending WAIT on the queue */
+	if (frame_set(x->serve, key, v, off) < 0)
+		xlog("out of memory publishing this node's pids");
+	free(v);
+	o = op_new(x, 0);
+	if (!o)
+		return;
+	if (put_u8(o, DPTP_TCPSTORE_WAIT) || put_u64(o, x->nnodes)) {
+		x->nops--;
+		op_free(o);
+		return;
+	}
+	for (unsigned k = 0; k < x->nnodes; k++) {
+		snprintf(key, sizeof(key), "%spids/%u", x->prefix, k);
+		if (put_str(o, key, strlen(key)) < 0) {
+			x->nops--;
+			op_free(o);
+			return;
+		}
+	}
+	o->st = X_PWAIT;
+}
+
+void xnode_finish(struct xnode *x, double timeout)
+{
+	char key[192];
+	struct xop *o;
+	if (!x || x->finish)
+		return;
+	x->finish = 1;
+	o = op_new(x, timeout);
+	snprintf(key, sizeof(key), "%sworkers_done/count", x->prefix);
+	if (!o || put_u8(o, DPTP_TCPSTORE_ADD) || put_str(o, key, strlen(key)) || put_u64(o, 1)) {
+		xlog("cannot tell the store that this node's workers are done");
+		if (o) {
+			x->nops--;
+			op_free(o);
+		}
+		x->finish = 2;
+		return;
+	}
+	o->st = X_DADD;
+}
+
+bool xnode_finished(const struct xnode *x)
+{
+	return !x || x->finish == 2;
+}
