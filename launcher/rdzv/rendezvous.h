@@ -2,7 +2,7 @@
  * lives (reference/TORCHRUN.md section E).
  *
  * The agent store. Node 0 (or the only node) hosts a TCPStore-compatible
- * server (lib/tcpstore, in its own thread) and the workers get
+ * server (lib/wire/tcpstore_server.c, in its own thread) and the workers get
  * TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun:
  *  - --standalone: on a free port, a fresh one on every attempt, bound to
  *    MASTER_ADDR: --local-addr, else socket.getfqdn() (host_fqdn()).

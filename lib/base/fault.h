@@ -64,6 +64,9 @@ extern const struct dptp_fault_desc dptp_faults[DPTP_NFAULTS];
 
 /* A set of faults, one bit per enum dptp_fault_id. */
 typedef uint32_t dptp_fault_set;
+/* every fault has its bit, and "all" ((1u << DPTP_NFAULTS) - 1) does not
+ * overflow: a 32nd fault needs a wider dptp_fault_set */
+_Static_assert(DPTP_NFAULTS < 32, "dptp_fault_set has a bit for fewer than 32 faults");
 
 static inline bool dptp_fault_on(dptp_fault_set s, enum dptp_fault_id f)
 {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A private single-host Slurm cluster for the engines tests (Debian 12's
-# Slurm 22.05 + PMIx 4.2; recipe and pitfalls: ../shared/reference/SLURM.md).
+# Slurm 22.05 + PMIx 4.2; recipe and pitfalls: reference/SLURM.md).
 #
 # usage: tests/engines/slurm.sh start|stop|status|env
 #
