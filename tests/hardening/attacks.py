@@ -1107,7 +1107,7 @@ def main():
     names = ARGS.only.split(",") if ARGS.only else list(CASES)
     for n in names:
         CASES[n]()
-    # the README's hardening rows come from these lines
+    # the hardening rows of bench/results/hardening.md come from these lines
     print("\n".join("figures %s: %s" % (c, json.dumps(f, sort_keys=True)) for c, f in FIGURES.items()))
     if ARGS.json:
         with open(ARGS.json, "w") as out:

@@ -2,7 +2,7 @@
 # c10d jobs mixing dptp-run and real torchrun 2.11 on one GPU machine (loopback):
 # both orders with gloo all-reduce workers, dptp-check under a mixed job, and an
 # elastic 1:2 job that a torchrun node joins late. Needs torch; writes $OUT.
-# usage: tests/launcher/c10d_torchrun_gpu.sh   (README: "c10d with real torchrun")
+# usage: tests/launcher/c10d_torchrun_gpu.sh   (bench/results/torchrun-interop.md: c10d with real torchrun)
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
 O=${OUT:-/tmp/out}; mkdir -p $O

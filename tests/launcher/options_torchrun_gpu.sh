@@ -5,7 +5,7 @@
 # the errors without a GPU or with more workers than GPUs, the event lines
 # of a good and a failed run, the filtered files. Needs torch; writes $OUT.
 # usage: tests/launcher/options_torchrun_gpu.sh [DPTP_RUN]
-#   (README: "--numa-binding, events and filters next to torchrun")
+#   (bench/results/torchrun-interop.md: --numa-binding, events and filters)
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
 exec > >(tee $O/options.txt) 2>&1
