@@ -1,6 +1,7 @@
 /* --bench: the fused kernel against NCCL allreduce + a separate residual /
  * RMSNorm, over a token sweep; a table and JSON (cuda feature). */
 #include "bench.h"
+#include "stop.h"
 #include "sweep.h"
 
 #include <errno.h>
@@ -208,22 +209,30 @@ int dptp_check_bench(const struct dptp_options *o, struct dptp_ctx *c, struct dp
 		nt++;
 	const char *it = getenv("DPTP_BENCH_ITERS");
 	uint64_t iters = 50;
-	if (it && *it && dptp_parse_u64(it, 1, 1000000, false, &iters) < 0) {
-		fprintf(stderr, "dptp-check: rank %d: invalid DPTP_BENCH_ITERS='%s': expected an integer in 1..1000000\n",
-			c->rank, it);
-		return EXIT_ENV;
-	}
 	struct dptp_err err = {0};
 	struct dptp_bench_row *rows = NULL;
 	size_t nrows = 0;
+	int rc = 0;
+	if (it && *it && dptp_parse_u64(it, 1, 1000000, false, &iters) < 0)
+		rc = dptp_err_set(&err, -EINVAL, "invalid DPTP_BENCH_ITERS='%s': expected an integer in 1..1000000", it);
 	c->x.deadline = dptp_now() + o->timeout * 10;
-	int rc = bench_rows(c, tokens, nt, hiddens, nh, (int)iters, &rows, &nrows, &err);
+	if (rc == 0)
+		rc = bench_rows(c, tokens, nt, hiddens, nh, (int)iters, &rows, &nrows, &err);
 	int code = EXIT_PASS;
 	if (rc < 0) {
 		fprintf(stderr, "dptp-check: rank %d: bench: %s\n", c->rank, err.msg);
 		code = rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV;
 	}
-	if (c->rank == 0 && nrows) {
+	if (c->rank == 0 && rc < 0 && dptp_stop_claim()) {
+		/* the rows measured, if any, and the error as each replica's
+		 * "bench" entry (rank 0's words: the others' are on their
+		 * stderr) */
+		char why[DPTP_ERR_MAX + 32];
+		snprintf(why, sizeof(why), "rank 0: bench: %s", err.msg);
+		code = dptp_stop_report_not_run(o, b, c->layout.world, true, rc == -ETIMEDOUT ? DPTP_TIMEOUT : DPTP_ERROR,
+						why, code, rows, nrows);
+		dptp_stop_done(code);
+	} else if (c->rank == 0 && dptp_stop_claim()) {
 		struct dptp_report rep = {
 			.tool = "dptp-check", .version = DPTP_VERSION,
 			.world = c->layout.world, .dp = c->layout.dp, .pp = c->layout.pp, .tp = c->layout.tp,
@@ -231,6 +240,7 @@ int dptp_check_bench(const struct dptp_options *o, struct dptp_ctx *c, struct dp
 			.nbench = nrows, .bench = rows,
 		};
 		code = dptp_cli_write_report(o, &rep, code, false);
+		dptp_stop_done(code);
 	}
 	free(rows);
 	c->x.deadline = dptp_now() + 5;

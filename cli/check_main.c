@@ -1,5 +1,6 @@
 /* dptp-check: option parsing, orchestration, exit codes. */
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "report/gather.h"
 #include "bench.h"
 #include "options.h"
+#include "stop.h"
 #include "sweep.h"
 #include "report/report.h"
 
@@ -47,6 +49,17 @@ static void maybe_stall(const struct dptp_ctx *c, const char *check)
 		raise(SIGSTOP);
 }
 
+/* A test hook: rank 0 creates the file DPTP_TEST_READY_FILE names when it
+ * starts waiting for its peers, so tests can end a peer at start-up once
+ * rank 0 is surely there (tests/e2e/crashwrap.sh). */
+static void test_ready(const struct dptp_bootstrap *b)
+{
+	const char *f = getenv("DPTP_TEST_READY_FILE");
+	int fd;
+	if (f && *f && b->rank == 0 && (fd = open(f, O_WRONLY | O_CREAT | O_CLOEXEC, 0600)) >= 0)
+		close(fd);
+}
+
 static int status_exit(enum dptp_status s)
 {
 	switch (s) {
@@ -69,9 +82,13 @@ size_t dptp_cli_run_checks(const struct dptp_options *o, struct dptp_ctx *c, str
 			continue;
 		struct dptp_check_result *r = &res[nres++];
 		bool runs = !c->x.broken;
+		if (!o->layouts) /* a signal's report: what this rank has done */
+			dptp_stop_checks(res, nres - 1, dptp_checks[i]->name);
 		if (runs)
 			maybe_stall(c, dptp_checks[i]->name);
 		dptp_check_run(dptp_checks[i], c, o->timeout, r);
+		if (!o->layouts)
+			dptp_stop_checks(res, nres, NULL);
 		if (runs && (o->verbose || r->status >= DPTP_ERROR))
 			fprintf(stderr, "dptp-check: rank %d: %s %s (%.4f s) %s\n", c->rank, r->name,
 				dptp_status_name(r->status), r->seconds, r->detail);
@@ -176,6 +193,7 @@ static int report_and_verdict(const struct dptp_options *o, struct dptp_bootstra
 		if (dptp_fault_on(o->inject, f))
 			inject[rep.ninject++] = dptp_faults[f].name;
 	rep.inject = inject;
+	dptp_stop_gather();
 	int grc = dptp_gather_results(b, l, res, nres, gather_timeout, &rep, &err);
 	if (grc < 0)
 		fprintf(stderr, "dptp-check: rank %d: gathering the results: %s\n", b->rank, err.msg);
@@ -184,7 +202,7 @@ static int report_and_verdict(const struct dptp_options *o, struct dptp_bootstra
 	for (size_t k = 0; k < nres; k++)
 		worst = k ? dptp_status_worst(worst, res[k].status) : res[k].status;
 	int code = status_exit(worst);
-	if (b->rank == 0) {
+	if (b->rank == 0 && dptp_stop_claim()) {
 		if (startup && grc == -ETIMEDOUT)
 			note_missing(&rep, err.msg);
 		worst = dptp_report_worst(&rep);
@@ -192,11 +210,30 @@ static int report_and_verdict(const struct dptp_options *o, struct dptp_bootstra
 		if (grc < 0 && grc != -ETIMEDOUT && grc != -EPROTO)
 			worst = dptp_status_worst(worst, DPTP_ERROR);
 		code = dptp_cli_write_report(o, &rep, status_exit(worst), dptp_use_colour(STDOUT_FILENO));
+		dptp_stop_done(code);
 	}
 	dptp_report_release(&rep);
 	/* the verdict is the same on every rank; longer than rank 0 may spend
 	 * gathering, so that it has written */
-	return dptp_cli_share_verdict(b, code, broken, gather_timeout + (broken ? 1.0 : 5.0));
+	code = dptp_cli_share_verdict(b, code, broken, gather_timeout + (broken ? 1.0 : 5.0));
+	dptp_stop_done(code);
+	return code;
+}
+
+/* A run that ends before the bootstrap told this process its rank: the
+ * message on stderr, and, with --output, the report of checks not run
+ * unless the environment names a rank other than 0 (every process of the
+ * job may write it: one file, replaced atomically). Returns 3. */
+static int early_exit(const struct dptp_options *o, bool cuda, const char *msg)
+{
+	fprintf(stderr, "dptp-check: %s\n", msg);
+	if (!o->output || !dptp_stop_maybe_rank0() || !dptp_stop_claim())
+		return EXIT_ENV;
+	char why[DPTP_ERR_MAX + 64];
+	snprintf(why, sizeof(why), "not run: start-up: %s", msg);
+	(void)dptp_stop_report_not_run(o, NULL, 0, cuda, DPTP_ERROR, why, EXIT_ENV, NULL, 0);
+	dptp_stop_done(EXIT_ENV);
+	return EXIT_ENV;
 }
 
 int dptp_check_main(int argc, char **argv)
@@ -224,15 +261,11 @@ int dptp_check_main(int argc, char **argv)
 	/* auto: GPUs when this build has CUDA and the machine has a device */
 	bool cuda = o.backend == DPTP_BACKEND_CUDA ||
 		    (o.backend == DPTP_BACKEND_AUTO && DPTP_HAVE_CUDA && dptp_cuda_visible_devices() > 0);
-	if (cuda && !DPTP_HAVE_CUDA) {
-		fprintf(stderr, "dptp-check: --backend cuda: this dptp was built without CUDA (use --backend host)\n");
-		return EXIT_ENV;
-	}
-	if (o.bench && !cuda) {
-		fprintf(stderr, "dptp-check: --bench times the GPU kernels and needs the cuda backend "
-			"(no CUDA device visible, or --backend host)\n");
-		return EXIT_ENV;
-	}
+	/* from here on a signal (a launcher ending the job) still gets the
+	 * report written; before any other thread exists */
+	int src = dptp_stop_init(&o, cuda);
+	if (src < 0)
+		fprintf(stderr, "dptp-check: warning: no report on a signal: %s\n", strerror(-src));
 
 	/* the checks allocate and free buffers of megabytes one after
 	 * another: from the heap, kept after free, they reuse pages already
@@ -242,9 +275,25 @@ int dptp_check_main(int argc, char **argv)
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
 	struct dptp_bootstrap *b = NULL;
-	if (dptp_bootstrap_create(&b, o.timeout, &err) < 0) {
-		fprintf(stderr, "dptp-check: %s\n", err.msg);
-		return EXIT_ENV;
+	if (dptp_bootstrap_create(&b, o.timeout, &err) < 0)
+		return early_exit(&o, cuda, err.msg);
+	dptp_stop_booted(b);
+	/* after the bootstrap: rank 0 writes the report while the others
+	 * wait (a launcher ends the job at the first exit) */
+	const char *no_backend = cuda && !DPTP_HAVE_CUDA ? "--backend cuda: this dptp was built without CUDA (use --backend host)"
+				 : o.bench && !cuda ? "--bench times the GPU kernels and needs the cuda backend "
+						      "(no CUDA device visible, or --backend host)" : NULL;
+	if (no_backend) {
+		fprintf(stderr, "dptp-check: %s\n", no_backend);
+		if (b->rank == 0 && o.output && dptp_stop_claim()) {
+			char why[256];
+			snprintf(why, sizeof(why), "not run: start-up: %s", no_backend);
+			(void)dptp_stop_report_not_run(&o, b, b->size, cuda, DPTP_ERROR, why, EXIT_ENV, NULL, 0);
+		}
+		int code = dptp_cli_share_verdict(b, EXIT_ENV, false, 5);
+		dptp_stop_done(code);
+		dptp_bootstrap_destroy(b);
+		return code;
 	}
 	struct dptp_params p = {
 		.dp = o.dp, .pp = o.pp, .tp = o.tp,
@@ -252,8 +301,12 @@ int dptp_check_main(int argc, char **argv)
 		.seed = o.seed, .eps = o.eps, .timeout = o.timeout,
 		.faults = o.inject, .cuda = cuda,
 	};
-	if (o.layouts)
+	if (o.layouts) {
+		dptp_stop_sweep();
 		return dptp_check_sweep(&o, b, &p);
+	}
+	dptp_stop_startup();
+	test_ready(b);
 	struct dptp_ctx c;
 	int rc = dptp_ctx_init(&c, b, &p, &err);
 	if (rc < 0) {
@@ -265,17 +318,30 @@ int dptp_check_main(int argc, char **argv)
 			fprintf(stderr, "dptp-check: rank %d: %s\n", b->rank, err.msg);
 		int code = usage ? EXIT_USAGE : (rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV);
 		bool stuck = c.x.broken;
-		if (usage) {
+		if (usage || o.bench) {
+			/* rank 0's own words (every rank finds the same layout
+			 * problem); the bench has no per-check results to gather */
+			if (b->rank == 0 && o.output && dptp_stop_claim()) {
+				char why[DPTP_ERR_MAX + 64];
+				snprintf(why, sizeof(why), "not run: %s%s", usage ? "usage: " : "start-up: ", err.msg);
+				/* the exit code stays the start-up's own */
+				(void)dptp_stop_report_not_run(&o, b, b->size, cuda,
+							       rc == -ETIMEDOUT ? DPTP_TIMEOUT : DPTP_ERROR, why, code,
+							       NULL, 0);
+			}
 			/* no rank leaves before rank 0 has said why (a launcher
 			 * tears the job down at the first exit) */
-			dptp_cli_share_verdict(b, EXIT_USAGE, false, 5);
-		} else if (!o.bench) {
+			if (usage)
+				dptp_cli_share_verdict(b, EXIT_USAGE, false, 5);
+			dptp_stop_done(code);
+		} else {
 			/* the report still comes: every (replica, check) not run,
 			 * and the ranks that never reported named; the others
 			 * reach their own deadline about now */
 			struct dptp_check_result res[DPTP_MAX_CHECKS];
 			memset(res, 0, sizeof(res));
 			size_t nres = startup_results(&o, rc, &err, res);
+			dptp_stop_checks(res, nres, NULL); /* rank 0's part of a signal's report */
 			/* the exit code stays the start-up's own (3: the
 			 * environment, 4: a timeout), as without --output */
 			(void)report_and_verdict(&o, b, &c.layout, cuda, res, nres, o.timeout < 2 ? o.timeout : 2,
@@ -289,8 +355,10 @@ int dptp_check_main(int argc, char **argv)
 		dptp_bootstrap_destroy(b);
 		return code;
 	}
-	if (o.bench)
+	if (o.bench) {
+		dptp_stop_bench();
 		return dptp_check_bench(&o, &c, b);
+	}
 
 	/* run the selected checks, in lockstep on every rank */
 	struct dptp_check_result res[DPTP_MAX_CHECKS];
@@ -302,6 +370,7 @@ int dptp_check_main(int argc, char **argv)
 	bool was_broken = c.x.broken;
 	int code = report_and_verdict(&o, b, &c.layout, cuda, res, nres, was_broken ? 0.3 : o.timeout, was_broken,
 				      false);
+	/* (report_and_verdict let go of res for a signal's report) */
 	for (size_t k = 0; k < nres; k++)
 		free(res[k].detail);
 	bool stuck = was_broken;

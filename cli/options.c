@@ -507,8 +507,9 @@ void dptp_options_usage(FILE *f)
 	name_list(f, "checks:", checks, dptp_nchecks);
 	name_list(f, "faults:", faults, DPTP_NFAULTS);
 	fputs("\nexit status: 0 pass, 1 a check failed, 2 usage error,\n"
-	      "3 environment or bootstrap error, 4 a check timed out.\n"
-	      "See dptp-check(1).\n", f);
+	      "3 environment or bootstrap error (a SIGTERM, SIGINT or SIGHUP too),\n"
+	      "4 a check timed out. With --output the report is written on every\n"
+	      "exit but an unreadable command line. See dptp-check(1).\n", f);
 }
 
 bool dptp_use_colour(int fd)

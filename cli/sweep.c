@@ -12,6 +12,7 @@
 #include "report/gather.h"
 #include "report/report.h"
 #include "options.h"
+#include "stop.h"
 #include "sweep.h"
 
 struct sweep {
@@ -316,8 +317,15 @@ int dptp_check_sweep(const struct dptp_options *o, struct dptp_bootstrap *b, con
 	struct dptp_err err = {0};
 	struct sweep w = {0};
 	if (dptp_layouts_parse(o->layouts, b->size, w.lay, DPTP_MAX_LAYOUTS, &w.n, &err) < 0 || w.n == 0) {
+		const char *msg = w.n == 0 && !err.msg[0] ? "--layouts: no layout" : err.msg;
 		if (b->rank == 0)
-			fprintf(stderr, "dptp-check: %s\n", w.n == 0 && !err.msg[0] ? "--layouts: no layout" : err.msg);
+			fprintf(stderr, "dptp-check: %s\n", msg);
+		if (b->rank == 0 && o->output && dptp_stop_claim()) {
+			char why[DPTP_ERR_MAX + 32];
+			snprintf(why, sizeof(why), "not run: usage: %s", msg);
+			(void)dptp_stop_report_not_run(o, b, b->size, p0->cuda, DPTP_ERROR, why, EXIT_USAGE, NULL, 0);
+		}
+		dptp_stop_done(EXIT_USAGE);
 		dptp_cli_share_verdict(b, EXIT_USAGE, false, 5);
 		dptp_bootstrap_destroy(b);
 		return EXIT_USAGE;
@@ -367,10 +375,11 @@ int dptp_check_sweep(const struct dptp_options *o, struct dptp_bootstrap *b, con
 	struct dptp_layout single = { .world = b->size, .dp = b->size, .pp = 1, .tp = 1 };
 	struct dptp_report all = { .backend = p.cuda ? "cuda" : "host" };
 	double gather_timeout = broken ? 0.3 : o->timeout;
+	dptp_stop_gather();
 	int grc = dptp_gather_results(b, &single, res, (size_t)w.n * w.nsel, gather_timeout, &all, &err);
 	if (grc < 0)
 		fprintf(stderr, "dptp-check: rank %d: gathering the results: %s\n", b->rank, err.msg);
-	if (b->rank == 0) {
+	if (b->rank == 0 && dptp_stop_claim()) {
 		if (split_reports(&w, &all, b, o, &p) < 0) {
 			fprintf(stderr, "dptp-check: out of memory writing the report\n");
 			code = EXIT_ENV;
@@ -398,8 +407,10 @@ int dptp_check_sweep(const struct dptp_options *o, struct dptp_bootstrap *b, con
 			}
 			fflush(stdout);
 		}
+		dptp_stop_done(code);
 	}
 	code = dptp_cli_share_verdict(b, code, broken, gather_timeout + (broken ? 1.0 : 5.0));
+	dptp_stop_done(code);
 	for (size_t k = 0; k < (size_t)w.n * w.nsel; k++)
 		free(res[k].detail);
 	free(res);

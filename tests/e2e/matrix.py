@@ -24,6 +24,15 @@ FAULTS = ["bcast-global-src", "opid-seeded", "device-tp-rank", "world-workspace"
 SMALL = ["--tokens", "8", "--hidden", "64", "--timeout", "20", "--seed", str(random.SystemRandom().randrange(2, 1 << 62))]
 
 
+def launcher_parser():
+    """The options every e2e script takes: --check, --launcher, --run."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", required=True)
+    ap.add_argument("--launcher", default="mpirun")
+    ap.add_argument("--run")
+    return ap
+
+
 def launch_cmd(args, np):
     if args.launcher == "mpirun":
         return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np)]
@@ -289,10 +298,7 @@ def sweep(args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--check", required=True)
-    ap.add_argument("--launcher", default="mpirun")
-    ap.add_argument("--run")
+    ap = launcher_parser()
     ap.add_argument("--layouts", default="dp2tp2,dp4tp2,dp2tp4,dp2pp2tp2,dp1tp4,dp4tp1")
     ap.add_argument("--faults", help="comma-separated subset of the faults (default: all, and no fault)")
     ap.add_argument("--sweep", action="store_true", help="--layouts all on worlds 4 and 8 instead")

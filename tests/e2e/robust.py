@@ -6,7 +6,6 @@ a usage error (exit 2).
 
 usage: robust.py --check PATH [--launcher mpirun|dptp-run] [--run PATH]
 """
-import argparse
 import json
 import os
 import random
@@ -17,7 +16,7 @@ import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from matrix import launch_cmd  # noqa: E402
+from matrix import launch_cmd, launcher_parser  # noqa: E402
 
 SMALL = ["--tokens", "8", "--hidden", "64"]
 # --inject all includes opid-seeded, whose opIds come from the seed: a seed
@@ -41,11 +40,7 @@ def stalled_run(args, cmd, env, out, what, problems):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--check", required=True)
-    ap.add_argument("--launcher", default="mpirun")
-    ap.add_argument("--run")
-    args = ap.parse_args()
+    args = launcher_parser().parse_args()
     problems = []
     env = dict(os.environ, NO_COLOR="1")
 
