@@ -202,6 +202,88 @@ static void phase_words(char *buf, size_t n)
 	}
 }
 
+static bool over_pmix(void)
+{
+	return S.b && S.b->size > 1 && strcmp(S.b->ops->name, "pmix") == 0;
+}
+
+/* ---- who had arrived, for a signal during the start-up ---- */
+
+#define PROBE_MAX 256
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int pending;
+	signed char state[PROBE_MAX]; /* 1 arrived, 0 never did, -1 unknown */
+	int rank[PROBE_MAX];
+} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+static void *probe_one(void *arg)
+{
+	int q = *(const int *)arg;
+	void *v = NULL;
+	size_t vl = 0;
+	int rc = dptp_fetch_published(S.b, q, "dptp.arrived", dptp_now() + 0.3, &v, &vl, NULL);
+	free(v);
+	pthread_mutex_lock(&P.lock);
+	P.state[q] = rc == 0 ? 1 : rc == -ENOENT || rc == -ETIMEDOUT ? 0 : -1;
+	P.pending--;
+	pthread_cond_signal(&P.cond);
+	pthread_mutex_unlock(&P.lock);
+	return NULL;
+}
+
+/* Under S.lock, over PMIx: asks every peer's arrival mark (dptp_stop_booted
+ * publishes it), all at once, 0.5 s at most. Writes "1 of 4 ranks never
+ * arrived: 2" (or that every rank had) to buf; "" when the server cannot
+ * tell (it let go of this client) or the world is too large to ask. */
+static void probe_arrivals(char *buf, size_t n)
+{
+	buf[0] = 0;
+	int world = S.b->size;
+	if (world > PROBE_MAX)
+		return;
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&a, 256 << 10);
+	pthread_mutex_lock(&P.lock);
+	for (int q = 1; q < world; q++) {
+		pthread_t t;
+		P.state[q] = -1;
+		P.rank[q] = q;
+		if (pthread_create(&t, &a, probe_one, &P.rank[q]) == 0)
+			P.pending++;
+	}
+	pthread_attr_destroy(&a);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts); /* the condition's clock */
+	ts.tv_nsec += 500000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	while (P.pending > 0 && pthread_cond_timedwait(&P.cond, &P.lock, &ts) != ETIMEDOUT)
+		;
+	int missing = 0, unknown = 0;
+	char list[256] = "";
+	size_t off = 0;
+	for (int q = 1; q < world; q++) {
+		if (P.state[q] < 0)
+			unknown++;
+		else if (P.state[q] == 0 && ++missing <= 16 && off < sizeof(list))
+			off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%d", missing > 1 ? ", " : "", q);
+	}
+	pthread_mutex_unlock(&P.lock); /* a late prober writes P alone */
+	if (unknown)
+		return;
+	if (missing)
+		snprintf(buf, n, "; %d of %d ranks never arrived: %s%s", missing, world, list, missing > 16 ? " ..." : "");
+	else
+		snprintf(buf, n, "; every rank had arrived");
+}
+
 /* Under S.lock, on rank 0 (or a rank that may be): writes the report of a
  * run ended by sig; returns the exit code. */
 static int signal_report(int sig)
@@ -210,8 +292,11 @@ static int signal_report(int sig)
 	char when[128], why[512];
 	phase_words(when, sizeof(when));
 	bool startup = S.phase <= PH_STARTUP;
-	snprintf(why, sizeof(why), "%sterminated by signal %d (%s) %s%s", startup ? "start-up: " : "not run: ", sig,
-		 sig_name(sig), when,
+	char arrived[320] = "";
+	if (S.phase == PH_STARTUP && over_pmix())
+		probe_arrivals(arrived, sizeof(arrived));
+	snprintf(why, sizeof(why), "%sterminated by signal %d (%s) %s%s%s", startup ? "start-up: " : "not run: ", sig,
+		 sig_name(sig), when, arrived,
 		 sig == SIGTERM ? "; a launcher sends it to every worker when one of them dies or the job is stopped"
 				: "");
 	const char *inject[DPTP_NFAULTS];
@@ -326,11 +411,6 @@ static int32_t bounded_verdict(bool publish, int32_t code, double wait)
 	int32_t got = c.done ? c.code : code;
 	pthread_mutex_unlock(&c.lock);
 	return got;
-}
-
-static bool over_pmix(void)
-{
-	return S.b && S.b->size > 1 && strcmp(S.b->ops->name, "pmix") == 0;
 }
 
 /* Under S.lock, on a rank other than 0: Open MPI's mpirun SIGKILLs the
@@ -452,6 +532,10 @@ void dptp_stop_booted(struct dptp_bootstrap *b)
 {
 	pthread_mutex_lock(&S.lock);
 	S.b = b;
+	/* this rank's arrival, for rank 0's report should a signal end the
+	 * start-up (probe_arrivals) */
+	if (over_pmix() && b->rank > 0)
+		dptp_bootstrap_publish(b, "dptp.arrived", "", 1, NULL);
 	pthread_mutex_unlock(&S.lock);
 }
 
