@@ -180,9 +180,9 @@ static void test_stale_attempts(void **state)
 static void test_shm_locked(void **state)
 {
 	char seg[96], stranger[96], theirs[96];
-	snprintf(seg, sizeof(seg), "/dptp-res-%016llx-host-tp0-dp0", (unsigned long long)getpid() * 0x9e3779b97f4a7c15ULL);
+	snprintf(seg, sizeof(seg), "/dptp-lk-res-%016llx-host-tp0-dp0", (unsigned long long)getpid() * 0x9e3779b97f4a7c15ULL);
 	snprintf(stranger, sizeof(stranger), "/dptp-notours-%d", (int)getpid());
-	snprintf(theirs, sizeof(theirs), "/dptp-%016llx-%016llx-9", 0x5eedULL + (unsigned long long)getpid(), 7ULL);
+	snprintf(theirs, sizeof(theirs), "/dptp-lk-%016llx-%016llx-9", 0x5eedULL + (unsigned long long)getpid(), 7ULL);
 	int fd = dptp_shm_create_locked(seg, 8192);
 	assert_true(fd >= 0);
 	assert_int_equal(dptp_shm_create_locked(seg, 8192), -EEXIST);
@@ -219,6 +219,35 @@ static void test_shm_locked(void **state)
 	close(peer);
 }
 
+/* An older dptp-check makes its names without the lock (and without
+ * "lk-"): unlocked, they may be a job of that version running now. The
+ * sweep leaves them alone until they are an hour old (that version unlinks
+ * its names once its ranks have opened them). */
+static void test_shm_legacy(void **state)
+{
+	char slot[96], seg[96], path[128];
+	unsigned long long u = (unsigned long long)getpid() * 0x9e3779b97f4a7c15ULL;
+	snprintf(slot, sizeof(slot), "/dptp-%016llx-%016llx-0", u, 7ULL);
+	snprintf(seg, sizeof(seg), "/dptp-res-%016llx-host-tp0-dp1", u);
+	const char *names[] = { slot, seg };
+	for (int i = 0; i < 2; i++) {
+		int fd = shm_open(names[i], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		assert_true(fd >= 0);
+		assert_int_equal(ftruncate(fd, 4096), 0); /* sized, unlocked, closed */
+		close(fd);
+	}
+	dptp_shm_sweep();
+	assert_true(exists(slot, NULL));
+	assert_true(exists(seg, NULL));
+	struct timespec past[2] = {{.tv_sec = time(NULL) - 7200}, {.tv_sec = time(NULL) - 7200}};
+	snprintf(path, sizeof(path), "/dev/shm%s", slot);
+	assert_int_equal(utimensat(AT_FDCWD, path, past, 0), 0);
+	dptp_shm_sweep();
+	assert_false(exists(slot, NULL)); /* two hours old: a dead job's */
+	assert_true(exists(seg, NULL));
+	shm_unlink(seg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -227,6 +256,7 @@ int main(void)
 		cmocka_unit_test(test_reduce_sum),
 		cmocka_unit_test(test_stale_attempts),
 		cmocka_unit_test(test_shm_locked),
+		cmocka_unit_test(test_shm_legacy),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

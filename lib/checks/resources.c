@@ -96,9 +96,9 @@ static void resources_shm_name(const struct dptp_ctx *c, const struct state *s, 
 			    *p == '-' || *p == '.' ? *p : '_';
 	host[k] = 0;
 	if (dptp_fault_on(c->p.faults, DPTP_FAULT_SHM_NAME_NO_GROUP))
-		snprintf(out, n, "/dptp-res-%016llx-%s-r%d", (unsigned long long)s->job, host, s->creator_index);
+		snprintf(out, n, "/dptp-lk-res-%016llx-%s-r%d", (unsigned long long)s->job, host, s->creator_index);
 	else
-		snprintf(out, n, "/dptp-res-%016llx-%s-tp%d-dp%d", (unsigned long long)s->job, host,
+		snprintf(out, n, "/dptp-lk-res-%016llx-%s-tp%d-dp%d", (unsigned long long)s->job, host,
 			 c->tp.ranks[0] / c->layout.tp, s->dp);
 }
 

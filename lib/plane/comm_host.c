@@ -331,7 +331,7 @@ static uint64_t job_hash(const char *job)
 
 void dptp_comm_host_slot_name(char *buf, size_t n, const char *job, uint64_t attempt, int rank)
 {
-	snprintf(buf, n, "/dptp-%016llx-%016llx-%d", (unsigned long long)job_hash(job),
+	snprintf(buf, n, "/dptp-lk-%016llx-%016llx-%d", (unsigned long long)job_hash(job),
 		 (unsigned long long)attempt, rank);
 }
 

@@ -18,6 +18,8 @@
 /* An unsized name is young (its owner may be between creating and locking
  * it) for this long; past it, unlocked, its owner died in between. */
 #define SHM_YOUNG_S 60
+/* A name of the lock-less forms (shm.h) is a live job's for this long. */
+#define SHM_LEGACY_S 3600
 
 int dptp_shm_create_locked(const char *name, off_t size)
 {
@@ -59,20 +61,26 @@ static bool hex16(const char *s)
 	return true;
 }
 
-/* "dptp-<16 hex>-<16 hex>-<digits>" or "dptp-res-<16 hex>-<something>" */
-static bool ours(const char *nm)
+enum kind { NOT_OURS, LOCKED, LEGACY };
+
+/* "dptp-lk-<16 hex>-<16 hex>-<digits>" or "dptp-lk-res-<16 hex>-<something>";
+ * LEGACY: the same without "lk-" */
+static enum kind ours(const char *nm)
 {
 	if (strncmp(nm, "dptp-", 5))
-		return false;
+		return NOT_OURS;
 	nm += 5;
+	enum kind k = strncmp(nm, "lk-", 3) ? LEGACY : LOCKED;
+	if (k == LOCKED)
+		nm += 3;
 	if (!strncmp(nm, "res-", 4))
-		return hex16(nm + 4) && nm[20] == '-' && nm[21];
+		return hex16(nm + 4) && nm[20] == '-' && nm[21] ? k : NOT_OURS;
 	if (!hex16(nm) || nm[16] != '-' || !hex16(nm + 17) || nm[33] != '-' || !nm[34])
-		return false;
+		return NOT_OURS;
 	for (nm += 34; *nm; nm++)
 		if (*nm < '0' || *nm > '9')
-			return false;
-	return true;
+			return NOT_OURS;
+	return k;
 }
 
 struct dirent64_hdr {
@@ -91,15 +99,17 @@ int dptp_shm_sweep(void)
 	if (dfd < 0)
 		return 0;
 	uid_t me = geteuid();
-	time_t young = time(NULL) - SHM_YOUNG_S;
+	time_t young = time(NULL) - SHM_YOUNG_S, legacy_young = time(NULL) - SHM_LEGACY_S;
 	while ((n = syscall(SYS_getdents64, dfd, buf, sizeof(buf))) > 0) {
 		for (long off = 0; off < n;) {
 			const struct dirent64_hdr *d = (const struct dirent64_hdr *)(buf + off);
 			const char *nm = d->d_name;
 			struct stat st, now;
 			off += d->d_reclen;
-			if (!ours(nm) || fstatat(dfd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
-			    st.st_uid != me || (st.st_size == 0 && st.st_mtime >= young))
+			enum kind k = ours(nm);
+			if (k == NOT_OURS || fstatat(dfd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+			    st.st_uid != me || (st.st_size == 0 && st.st_mtime >= young) ||
+			    (k == LEGACY && st.st_mtime >= legacy_young))
 				continue;
 			int fd = openat(dfd, nm, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 			if (fd < 0)

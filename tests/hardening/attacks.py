@@ -722,7 +722,7 @@ def case_stale_slot():
     h = 1469598103934665603
     for ch in job.encode():
         h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    mine = "/dev/shm/dptp-%016x-" % h
+    mine = "/dev/shm/dptp-lk-%016x-" % h
     earlier = os.urandom(8).hex()
     dead = "%s%s-1" % (mine, earlier)
     gone = "%s%s-3" % (mine, earlier)  # a rank the next attempt (world 2) does not have

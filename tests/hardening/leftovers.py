@@ -23,8 +23,10 @@ Cases:
                unsized and older than a minute), never a live job's
                (locked: content, inode and times unchanged), nor one
                unsized and young (its owner may be between creating and
-               locking it), nor another user's; as root, the same as uid
-               nobody (setpriv) while root's names are there.
+               locking it), nor another user's, nor the lock-less names of
+               an older dptp-check (no "lk-") until they are an hour old;
+               as root, the same as uid nobody (setpriv) while root's
+               names are there.
 Prints one line per case; exit 1 on any failure.
 """
 import argparse
@@ -182,7 +184,7 @@ def job_prefix(launcher_pid, restart=0):
     h = 1469598103934665603
     for ch in ("dptp-run.%d.%d" % (launcher_pid, restart)).encode():
         h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return "dptp-%016x-" % h
+    return "dptp-lk-%016x-" % h
 
 
 def shm_names(prefix):
@@ -243,13 +245,13 @@ def shm_killed(case, sig):
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
 
 
-def plant(name, size, as_nobody=False, old=False):
+def plant(name, size, as_nobody=False, old=False, age=120):
     path = "/dev/shm/" + name
     code = "import os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600); " \
            "os.ftruncate(fd, int(sys.argv[2]))"
     subprocess.run((AS_NOBODY if as_nobody else []) + [sys.executable, "-c", code, path, str(size)], check=True)
     if old:
-        t = time.time() - 120
+        t = time.time() - age
         os.utime(path, (t, t))
     return path
 
@@ -276,17 +278,23 @@ def case_shm_sweep():
     rnd = lambda: os.urandom(8).hex()  # noqa: E731
     root = os.geteuid() == 0
     paths, problems = [], []
-    live = "/dev/shm/dptp-%s-%s-1" % (rnd(), rnd())
+    live = "/dev/shm/dptp-lk-%s-%s-1" % (rnd(), rnd())
     holder = subprocess.Popen([sys.executable, "-c", HOLD_SLOT, live], stdout=subprocess.PIPE, text=True)
     try:
         if holder.stdout.readline().strip() != "ready":
             return fail(case, "could not make a live slot %s" % live)
-        dead = {"slot": plant("dptp-%s-%s-0" % (rnd(), rnd()), 1 << 20),
-                "resources segment": plant("dptp-res-%s-host-tp0-dp0" % rnd(), 4096),
-                "unsized old slot": plant("dptp-%s-%s-2" % (rnd(), rnd()), 0, old=True)}
-        kept = {"live slot": live, "unsized young slot": plant("dptp-%s-%s-3" % (rnd(), rnd()), 0)}
+        dead = {"slot": plant("dptp-lk-%s-%s-0" % (rnd(), rnd()), 1 << 20),
+                "resources segment": plant("dptp-lk-res-%s-host-tp0-dp0" % rnd(), 4096),
+                "unsized old slot": plant("dptp-lk-%s-%s-2" % (rnd(), rnd()), 0, old=True),
+                "two hours old slot of an older dptp-check (no lock)": plant(
+                    "dptp-%s-%s-0" % (rnd(), rnd()), 4096, old=True, age=7200)}
+        kept = {"live slot": live, "unsized young slot": plant("dptp-lk-%s-%s-3" % (rnd(), rnd()), 0),
+                # an older dptp-check's names are never locked: in use
+                "slot of an older dptp-check running now": plant("dptp-%s-%s-0" % (rnd(), rnd()), 4096),
+                "resources segment of an older dptp-check running now": plant(
+                    "dptp-res-%s-host-tp0-dp0" % rnd(), 4096)}
         if root:
-            kept["uid nobody's dead slot"] = plant("dptp-%s-%s-0" % (rnd(), rnd()), 4096, as_nobody=True)
+            kept["uid nobody's dead slot"] = plant("dptp-lk-%s-%s-0" % (rnd(), rnd()), 4096, as_nobody=True)
         paths = list(dead.values()) + list(kept.values())
         before = {k: snapshot(v) for k, v in kept.items()}
         r = one_rank()
@@ -296,8 +304,8 @@ def case_shm_sweep():
         problems += ["the %s %s was touched" % (k, v) for k, v in kept.items() if snapshot(v) != before[k]]
         if root:
             # uid nobody's dptp-check: its own dead slot goes, root's stay
-            mine = plant("dptp-%s-%s-0" % (rnd(), rnd()), 4096, as_nobody=True)
-            roots = plant("dptp-%s-%s-0" % (rnd(), rnd()), 4096)
+            mine = plant("dptp-lk-%s-%s-0" % (rnd(), rnd()), 4096, as_nobody=True)
+            roots = plant("dptp-lk-%s-%s-0" % (rnd(), rnd()), 4096)
             paths += [mine, roots]
             before = {k: snapshot(v) for k, v in kept.items() if "nobody" not in k}
             before["root's dead slot"] = snapshot(roots)
@@ -317,8 +325,9 @@ def case_shm_sweep():
     if problems:
         fail(case, "; ".join(problems))
     else:
-        print("ok %s: a dead job's slot, resources segment and old unsized slot removed; the live, young and "
-              "other user's left as they were%s" % (case, "; the same as uid nobody" if root else
+        print("ok %s: a dead job's slot, resources segment and old unsized slot removed, and an older "
+              "dptp-check's 2-hour-old slot; the live, young, older dptp-check's in-use and other user's left as "
+              "they were%s" % (case, "; the same as uid nobody" if root else
                                                     " (not root: no other user)"), flush=True)
 
 

@@ -17,8 +17,8 @@ int shm_open(const char *name, int oflag, mode_t mode)
 	const char *want = getenv("DPTP_TEST_SETUP_STALL_RANK"), *rank = getenv("RANK");
 	if (!real)
 		real = (int (*)(const char *, int, mode_t))dlsym(RTLD_NEXT, "shm_open");
-	if (!done && want && rank && !strcmp(want, rank) && !(oflag & O_CREAT) && !strncmp(name, "/dptp-", 6) &&
-	    strncmp(name, "/dptp-res-", 10)) {
+	if (!done && want && rank && !strcmp(want, rank) && !(oflag & O_CREAT) && !strncmp(name, "/dptp-lk-", 9) &&
+	    strncmp(name, "/dptp-lk-res-", 13)) {
 		done = 1;
 		raise(SIGSTOP);
 	}
