@@ -82,13 +82,11 @@ size_t dptp_cli_run_checks(const struct dptp_options *o, struct dptp_ctx *c, str
 			continue;
 		struct dptp_check_result *r = &res[nres++];
 		bool runs = !c->x.broken;
-		if (!o->layouts) /* a signal's report: what this rank has done */
-			dptp_stop_checks(res, nres - 1, dptp_checks[i]->name);
+		dptp_stop_checks(res, nres - 1, dptp_checks[i]->name); /* for a signal's report */
 		if (runs)
 			maybe_stall(c, dptp_checks[i]->name);
 		dptp_check_run(dptp_checks[i], c, o->timeout, r);
-		if (!o->layouts)
-			dptp_stop_checks(res, nres, NULL);
+		dptp_stop_checks(res, nres, NULL);
 		if (runs && (o->verbose || r->status >= DPTP_ERROR))
 			fprintf(stderr, "dptp-check: rank %d: %s %s (%.4f s) %s\n", c->rank, r->name,
 				dptp_status_name(r->status), r->seconds, r->detail);
@@ -301,10 +299,8 @@ int dptp_check_main(int argc, char **argv)
 		.seed = o.seed, .eps = o.eps, .timeout = o.timeout,
 		.faults = o.inject, .cuda = cuda,
 	};
-	if (o.layouts) {
-		dptp_stop_sweep();
+	if (o.layouts)
 		return dptp_check_sweep(&o, b, &p);
-	}
 	dptp_stop_startup();
 	test_ready(b);
 	struct dptp_ctx c;

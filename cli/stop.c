@@ -34,6 +34,9 @@ static struct {
 	const struct dptp_check_result *res;
 	size_t ndone;
 	const char *current;
+	size_t base; /* --layouts: results of the layouts before res */
+	dptp_stop_sweep_writer sweep_writer;
+	void *sweep_arg;
 	bool claimed; /* by main (done tells when it is through) or by a signal */
 	bool done;
 	int code;
@@ -197,7 +200,7 @@ static void phase_words(char *buf, size_t n)
 			snprintf(buf, n, "between checks");
 		break;
 	case PH_GATHER: snprintf(buf, n, "while gathering the results"); break;
-	case PH_SWEEP: snprintf(buf, n, "during --layouts"); break;
+	case PH_SWEEP: snprintf(buf, n, "while regrouping for the next layout"); break;
 	case PH_BENCH: snprintf(buf, n, "during --bench"); break;
 	}
 }
@@ -284,35 +287,20 @@ static void probe_arrivals(char *buf, size_t n)
 		snprintf(buf, n, "; every rank had arrived");
 }
 
-/* Under S.lock, on rank 0 (or a rank that may be): writes the report of a
- * run ended by sig; returns the exit code. */
-static int signal_report(int sig)
+/* Fills rep (its head set) with plan p's replicas: every check not run
+ * (`why`), but res[0..ndone), this rank's finished results, and the one
+ * after them when `running`. */
+static int fill_signal(struct dptp_report *rep, const struct plan *p, int sig, const char *when, const char *why,
+		       const struct dptp_check_result *res, size_t ndone, bool running)
 {
-	const struct dptp_options *o = S.o;
-	char when[128], why[512];
-	phase_words(when, sizeof(when));
-	bool startup = S.phase <= PH_STARTUP;
-	char arrived[320] = "";
-	if (S.phase == PH_STARTUP && over_pmix())
-		probe_arrivals(arrived, sizeof(arrived));
-	snprintf(why, sizeof(why), "%sterminated by signal %d (%s) %s%s%s", startup ? "start-up: " : "not run: ", sig,
-		 sig_name(sig), when, arrived,
-		 sig == SIGTERM ? "; a launcher sends it to every worker when one of them dies or the job is stopped"
-				: "");
-	const char *inject[DPTP_NFAULTS];
-	struct dptp_report rep;
-	struct plan p;
-	report_head(&rep, o, S.b, S.cuda, inject);
-	plan_init(&p, o, S.b ? S.b->size : 0, o->bench);
-	int code = EXIT_ENV;
-	int rc = plan_build(&p, &rep, DPTP_ERROR, why);
+	int rc = plan_build(p, rep, DPTP_ERROR, why);
 	/* the checks this rank finished: its own results; the other ranks'
 	 * were never gathered */
-	int per = p.world / p.dp;
-	for (size_t k = 0; rc == 0 && S.res && k < S.ndone && k < p.nsel; k++)
-		for (int d = 0; rc == 0 && d < p.dp; d++) {
-			const struct dptp_check_result *mine = &S.res[k];
-			struct dptp_check_result *c = &rep.replicas[d].checks[k];
+	int per = p->world / p->dp;
+	for (size_t k = 0; rc == 0 && res && k < ndone && k < p->nsel; k++)
+		for (int d = 0; rc == 0 && d < p->dp; d++) {
+			const struct dptp_check_result *mine = &res[k];
+			struct dptp_check_result *c = &rep->replicas[d].checks[k];
 			if (d == 0 && per == 1)
 				dptp_result_set(c, mine->status, "%s", mine->detail ? mine->detail : "");
 			else if (d == 0)
@@ -328,23 +316,66 @@ static int signal_report(int sig)
 			if (!c->detail)
 				rc = -ENOMEM;
 		}
-	for (size_t d = 0; rc == 0 && S.current && S.ndone < p.nsel && d < rep.nreplicas; d++) {
-		struct dptp_check_result *c = &rep.replicas[d].checks[S.ndone];
+	for (size_t d = 0; rc == 0 && running && ndone < p->nsel && d < rep->nreplicas; d++) {
+		struct dptp_check_result *c = &rep->replicas[d].checks[ndone];
 		dptp_result_set(c, DPTP_ERROR, "terminated by signal %d (%s) during this check", sig, sig_name(sig));
 		if (!c->detail)
 			rc = -ENOMEM;
 	}
-	for (size_t d = 0; rc == 0 && d < rep.nreplicas; d++) {
-		struct dptp_replica_result *r = &rep.replicas[d];
+	for (size_t d = 0; rc == 0 && d < rep->nreplicas; d++) {
+		struct dptp_replica_result *r = &rep->replicas[d];
 		for (size_t k = 0; k < r->nchecks; k++)
 			r->status = k ? dptp_status_worst(r->status, r->checks[k].status) : r->checks[k].status;
 	}
-	if (rc < 0) {
+	if (rc == 0)
+		dptp_cli_fill_mech(rep);
+	return rc;
+}
+
+static void signal_why(char *buf, size_t n, int sig, const char *when, const char *arrived, bool startup)
+{
+	snprintf(buf, n, "%sterminated by signal %d (%s) %s%s%s", startup ? "start-up: " : "not run: ", sig,
+		 sig_name(sig), when, arrived,
+		 sig == SIGTERM ? "; a launcher sends it to every worker when one of them dies or the job is stopped"
+				: "");
+}
+
+int dptp_stop_fill_layout(struct dptp_report *rep, const struct dptp_options *o, int world, const int lay[3],
+			  int sig, const char *when, const struct dptp_check_result *res, size_t ndone, bool running)
+{
+	struct plan p;
+	char why[512];
+	plan_init(&p, o, world, false);
+	p.dp = lay[0];
+	p.pp = lay[1];
+	p.tp = lay[2];
+	signal_why(why, sizeof(why), sig, when, "", false);
+	return fill_signal(rep, &p, sig, when, why, res, ndone, running);
+}
+
+/* Under S.lock, on rank 0 (or a rank that may be): writes the report of a
+ * run ended by sig; returns the exit code. */
+static int signal_report(int sig)
+{
+	const struct dptp_options *o = S.o;
+	char when[128], why[512];
+	phase_words(when, sizeof(when));
+	if (S.sweep_writer) /* --layouts: its own report */
+		return S.sweep_writer(S.sweep_arg, sig, when, S.base + (S.res ? S.ndone : 0), S.current != NULL);
+	char arrived[320] = "";
+	if (S.phase == PH_STARTUP && over_pmix())
+		probe_arrivals(arrived, sizeof(arrived));
+	signal_why(why, sizeof(why), sig, when, arrived, S.phase <= PH_STARTUP);
+	const char *inject[DPTP_NFAULTS];
+	struct dptp_report rep;
+	struct plan p;
+	report_head(&rep, o, S.b, S.cuda, inject);
+	plan_init(&p, o, S.b ? S.b->size : 0, o->bench);
+	int code = EXIT_ENV;
+	if (fill_signal(&rep, &p, sig, when, why, S.res, S.ndone, S.current != NULL) < 0)
 		fprintf(stderr, "dptp-check: out of memory writing the report\n");
-	} else {
-		dptp_cli_fill_mech(&rep);
+	else
 		code = dptp_cli_write_report(o, &rep, EXIT_ENV, false);
-	}
 	dptp_report_release(&rep);
 	return code;
 }
@@ -559,9 +590,24 @@ void dptp_stop_gather(void)
 	set_phase(PH_GATHER);
 }
 
-void dptp_stop_sweep(void)
+void dptp_stop_sweep(dptp_stop_sweep_writer writer, void *arg)
 {
-	set_phase(PH_SWEEP);
+	pthread_mutex_lock(&S.lock);
+	S.phase = PH_SWEEP;
+	S.sweep_writer = writer;
+	S.sweep_arg = arg;
+	pthread_mutex_unlock(&S.lock);
+}
+
+void dptp_stop_sweep_at(size_t base)
+{
+	pthread_mutex_lock(&S.lock);
+	S.phase = PH_SWEEP;
+	S.base = base;
+	S.res = NULL;
+	S.ndone = 0;
+	S.current = NULL;
+	pthread_mutex_unlock(&S.lock);
 }
 
 void dptp_stop_bench(void)

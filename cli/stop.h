@@ -32,7 +32,21 @@ void dptp_stop_startup(void);                     /* learning the peers, the dat
  * between checks; static). */
 void dptp_stop_checks(const struct dptp_check_result *res, size_t ndone, const char *current);
 void dptp_stop_gather(void);                      /* gathering the results */
-void dptp_stop_sweep(void);                       /* --layouts */
+/* --layouts: writer writes the report in its own form (rank 0 of a run a
+ * signal ends; under the lock, so the main thread is held where it is) from
+ * its own results array, of which the first ndone are this rank's finished
+ * results, the one after them running when `running`; `when` says what the
+ * main thread was doing. Returns the exit code. */
+typedef int (*dptp_stop_sweep_writer)(void *arg, int sig, const char *when, size_t ndone, bool running);
+void dptp_stop_sweep(dptp_stop_sweep_writer writer, void *arg);
+/* --layouts: the layout about to run starts at result `base` (the
+ * layouts before it: base results, all finished). */
+void dptp_stop_sweep_at(size_t base);
+/* For a writer: rep (its head set) as a signal leaves layout lay (dp, pp,
+ * tp) of world ranks: o's checks not run but res[0..ndone), this rank's,
+ * and the one after them when running. Returns 0 or -ENOMEM. */
+int dptp_stop_fill_layout(struct dptp_report *rep, const struct dptp_options *o, int world, const int lay[3],
+			  int sig, const char *when, const struct dptp_check_result *res, size_t ndone, bool running);
 void dptp_stop_bench(void);                       /* --bench */
 
 /* The main thread is about to write the report itself: true, and a signal

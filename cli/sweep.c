@@ -247,6 +247,27 @@ static int write_file(const struct sweep *w, enum dptp_format fmt, const char *p
 	return dptp_write_file_with(path, emit_sweep, &e, err);
 }
 
+/* Rank 0: the reports to --output (and the text on stdout with JSON or
+ * JUnit there), or to stdout. Returns code, or 3 when the file could not be
+ * written. */
+static int write_out(const struct sweep *w, const struct dptp_options *o, int code)
+{
+	struct dptp_err err = {0};
+	bool tty = dptp_use_colour(STDOUT_FILENO);
+	if (o->output) {
+		if (write_file(w, o->format, o->output, &err) < 0) {
+			fprintf(stderr, "dptp-check: %s\n", err.msg);
+			code = EXIT_ENV;
+		}
+		if (o->format != DPTP_FORMAT_TEXT)
+			write_text(w, stdout, tty, o->verbose);
+	} else {
+		write_any(w, o->format, stdout, tty && o->format == DPTP_FORMAT_TEXT, o->verbose);
+	}
+	fflush(stdout);
+	return code;
+}
+
 /* Rank 0: one report per layout from the results of every rank (gathered
  * as "replicas" of one rank each, details prefixed "rank q: "). */
 static int split_reports(struct sweep *w, const struct dptp_report *all, const struct dptp_bootstrap *b,
@@ -301,6 +322,47 @@ static int split_reports(struct sweep *w, const struct dptp_report *all, const s
 	return rc;
 }
 
+/* What a signal's report needs of the sweep (rank 0's results so far). */
+struct last_words {
+	struct sweep *w;
+	const struct dptp_options *o;
+	const struct dptp_bootstrap *b;
+	const struct dptp_check_result *res;
+	const char *backend;
+};
+
+/* A signal ended the sweep: every layout's report, rank 0's finished
+ * results in them, the rest not run (stop.h). */
+static int sweep_last_words(void *arg, int sig, const char *when, size_t ndone, bool running)
+{
+	struct last_words *lw = arg;
+	struct sweep *w = lw->w;
+	size_t cur = w->nsel ? ndone / w->nsel : 0;
+	char at[192];
+	if (cur < (size_t)w->n)
+		snprintf(at, sizeof(at), "%s (layout %dx%dx%d)", when, w->lay[cur][0], w->lay[cur][1], w->lay[cur][2]);
+	else
+		snprintf(at, sizeof(at), "%s", when);
+	w->reps = calloc((size_t)w->n, sizeof(*w->reps));
+	int rc = w->reps ? 0 : -ENOMEM;
+	for (int i = 0; rc == 0 && i < w->n; i++) {
+		size_t base = (size_t)i * w->nsel;
+		size_t nd = ndone > base ? ndone - base : 0;
+		w->reps[i] = (struct dptp_report){
+			.tool = "dptp-check", .version = DPTP_VERSION, .backend = lw->backend,
+			.bootstrap = lw->b->ops->name, .engine = lw->b->engine, .seed = lw->o->seed,
+			.ninject = w->ninject, .inject = w->inject,
+		};
+		rc = dptp_stop_fill_layout(&w->reps[i], lw->o, lw->b->size, w->lay[i], sig, at, lw->res + base,
+					   nd < w->nsel ? nd : w->nsel, running && (size_t)i == cur);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "dptp-check: out of memory writing the report\n");
+		return EXIT_ENV;
+	}
+	return write_out(w, lw->o, EXIT_ENV);
+}
+
 /* The selected checks' results of a layout that did not run. */
 static void not_run(const struct dptp_options *o, struct dptp_check_result *r, enum dptp_status s, const char *why)
 {
@@ -344,8 +406,11 @@ int dptp_check_sweep(const struct dptp_options *o, struct dptp_bootstrap *b, con
 	struct dptp_params p = *p0;
 	bool broken = false;
 	int code = EXIT_PASS;
+	struct last_words lw = { &w, o, b, res, p.cuda ? "cuda" : "host" };
+	dptp_stop_sweep(sweep_last_words, &lw);
 	for (int i = 0; i < w.n; i++) {
 		struct dptp_check_result *r = &res[(size_t)i * w.nsel];
+		dptp_stop_sweep_at((size_t)i * w.nsel);
 		if (broken) {
 			/* lockstep was lost: the later layouts are not run */
 			not_run(o, r, DPTP_SKIP, "not run: an earlier layout timed out or could not be built");
@@ -375,6 +440,7 @@ int dptp_check_sweep(const struct dptp_options *o, struct dptp_bootstrap *b, con
 	struct dptp_layout single = { .world = b->size, .dp = b->size, .pp = 1, .tp = 1 };
 	struct dptp_report all = { .backend = p.cuda ? "cuda" : "host" };
 	double gather_timeout = broken ? 0.3 : o->timeout;
+	dptp_stop_sweep_at((size_t)w.n * w.nsel);
 	dptp_stop_gather();
 	int grc = dptp_gather_results(b, &single, res, (size_t)w.n * w.nsel, gather_timeout, &all, &err);
 	if (grc < 0)
@@ -394,18 +460,7 @@ int dptp_check_sweep(const struct dptp_options *o, struct dptp_bootstrap *b, con
 				    : worst == DPTP_ERROR ? EXIT_ENV : EXIT_PASS;
 			if (code == EXIT_PASS || rcode == EXIT_TIMEOUT)
 				code = rcode;
-			bool tty = dptp_use_colour(STDOUT_FILENO);
-			if (o->output) {
-				if (write_file(&w, o->format, o->output, &err) < 0) {
-					fprintf(stderr, "dptp-check: %s\n", err.msg);
-					code = EXIT_ENV;
-				}
-				if (o->format != DPTP_FORMAT_TEXT)
-					write_text(&w, stdout, tty, o->verbose);
-			} else {
-				write_any(&w, o->format, stdout, tty && o->format == DPTP_FORMAT_TEXT, o->verbose);
-			}
-			fflush(stdout);
+			code = write_out(&w, o, code);
 		}
 		dptp_stop_done(code);
 	}

@@ -4,8 +4,9 @@
 
 - a peer that dies at start-up: the launcher ends rank 0 with SIGTERM, and
   rank 0 still writes every (replica, check) as `error` naming the signal;
-- SIGTERM to the launcher during the checks: rank 0's finished results are
-  kept, the running check and those after it are `error`;
+- SIGTERM to rank 0 during the checks: rank 0's finished results are
+  kept, the running check and those after it are `error`; with --layouts
+  in the --layouts form;
 - --bench that fails before any row (no device);
 - a bootstrap that cannot start (RANK invalid, PMIx_Init failing): a
   single-process report, none when the environment names another rank;
@@ -37,23 +38,32 @@ def load(path, fmt):
     format; raises when the file is not valid."""
     text = open(path).read()
     if fmt == "json":
-        rep = json.loads(text)
-        for key in ("tool", "version", "layout", "backend", "bootstrap", "seed", "inject", "replicas", "summary"):
-            if key not in rep:
-                raise ValueError("JSON without %r" % key)
-        got = {}
-        for r in rep["replicas"]:
-            for k in ("dp", "ranks", "status", "checks"):
-                if k not in r:
-                    raise ValueError("replica without %r" % k)
-            for c in r["checks"]:
-                if c["status"] not in ("pass", "fail", "skip", "error", "timeout"):
-                    raise ValueError("status %r" % c["status"])
-                got[(r["dp"], c["name"])] = (c["status"], c["detail"])
-        s = rep["summary"]
-        if sum(s.values()) != len(got) or s["error"] != sum(v[0] == "error" for v in got.values()):
-            raise ValueError("summary %r does not count the checks" % s)
-        return got
+        return load_dict(json.loads(text))
+    return load_xml_or_text(text, fmt)
+
+
+def load_dict(rep):
+    """A JSON report's (replica, check) -> (status, detail), checked
+    against DESIGN.md's keys and its summary."""
+    for key in ("tool", "version", "layout", "backend", "bootstrap", "seed", "inject", "replicas", "summary"):
+        if key not in rep:
+            raise ValueError("JSON without %r" % key)
+    got = {}
+    for r in rep["replicas"]:
+        for k in ("dp", "ranks", "status", "checks"):
+            if k not in r:
+                raise ValueError("replica without %r" % k)
+        for c in r["checks"]:
+            if c["status"] not in ("pass", "fail", "skip", "error", "timeout"):
+                raise ValueError("status %r" % c["status"])
+            got[(r["dp"], c["name"])] = (c["status"], c["detail"])
+    s = rep["summary"]
+    if sum(s.values()) != len(got) or s["error"] != sum(v[0] == "error" for v in got.values()):
+        raise ValueError("summary %r does not count the checks" % s)
+    return got
+
+
+def load_xml_or_text(text, fmt):
     if fmt == "junit":
         got = {}
         for case in ET.fromstring(text).iter("testcase"):
@@ -75,6 +85,81 @@ def load(path, fmt):
             w = line.split(None, 3)
             got[(dp, w[0])] = (w[1].lower(), w[3] if len(w) > 3 else "")
     return got
+
+
+def sigterm_in_check(args, env, layout, problems):
+    """Rank 3 stops itself before dispatch, rank 0 gets SIGTERM: its report
+    keeps rank 0's finished checks, the running one and those after it
+    are errors naming the signal."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        token = str(random.SystemRandom().randrange(2, 1 << 62))
+        e = dict(env, DPTP_TEST_STALL_RANK="3", DPTP_TEST_STALL_CHECK="dispatch")
+        cmd = launch_cmd(args, 4)
+        if args.launcher == "mpirun":
+            cmd += ["-x", "DPTP_TEST_STALL_RANK", "-x", "DPTP_TEST_STALL_CHECK"]
+        cmd += [args.check] + layout + ["--timeout", "60", "--seed", token, "--format", "json",
+                                        "--output", out] + SMALL
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
+                             start_new_session=True)
+        exe = os.path.realpath(args.check)
+        stopped = rank0 = None
+        for _ in range(600):  # this job's ranks: dptp-check with its --seed
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    if os.path.realpath("/proc/%s/exe" % pid) != exe:
+                        continue
+                    st = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[0]
+                    cl = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+                    en = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
+                except OSError:
+                    continue
+                if token.encode() not in cl:
+                    continue
+                if st == "T":
+                    stopped = pid
+                if b"RANK=0" in en or b"OMPI_COMM_WORLD_RANK=0" in en:
+                    rank0 = pid
+            if (stopped and rank0) or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        if stopped and rank0:
+            os.kill(int(rank0), signal.SIGTERM)
+        try:
+            so, se = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            so, se = p.communicate()
+            problems.append("SIGTERM in a check: still running 60 s later")
+        what = "SIGTERM during a check (%s)" % " ".join(layout)
+        if not stopped or not rank0:
+            problems.append("%s: rank 3 never stopped, or no rank 0: %s" % (what, se[-400:]))
+        elif not os.path.exists(out):
+            problems.append("%s: no report: %s" % (what, se[-600:]))
+        else:
+            rep = json.load(open(out))
+            if "--layouts" in layout:
+                # one report per layout and the matrix, as without a signal
+                if [x["layout"] for x in rep.get("matrix", [])] != ["2x1x2", "4x1x1"]:
+                    problems.append("%s: not the --layouts form: %r" % (what, list(rep)))
+                    return
+                later = load_dict(rep["layouts"][1])
+                if len(later) != 4 * NCHECKS or any(v[0] != "error" or "(layout 2x1x2)" not in v[1]
+                                                    for v in later.values()):
+                    problems.append("%s: the later layout: %r" % (what, list(later.items())[:1]))
+                rep = rep["layouts"][0]
+            got = load_dict(rep)
+            b0, d0, d1, l1 = (got[(0, "broadcast")], got[(0, "dispatch")], got[(1, "dispatch")],
+                              got[(1, "lockstep")])
+            if "rank 0: pass" not in b0[1] or "not gathered" not in b0[1]:
+                problems.append("%s: rank 0's finished check lost: %r" % (what, b0))
+            if got[(1, "broadcast")][0] != "error" or "not gathered" not in got[(1, "broadcast")][1]:
+                problems.append("%s: another replica's finished check: %r" % (what, got[(1, "broadcast")]))
+            if any(x[0] != "error" or "during this check" not in x[1] for x in (d0, d1)):
+                problems.append("%s: the running check: %r %r" % (what, d0, d1))
+            if l1[0] != "error" or "not run: terminated by signal 15 (SIGTERM) during check dispatch" not in l1[1]:
+                problems.append("%s: a later check: %r" % (what, l1))
+        print("%s: exit %s" % (what, p.returncode))
 
 
 def main():
@@ -127,65 +212,10 @@ def main():
             print("%s: exit %d in %.2f s, %d entries" % (what, p.returncode, dt, len(got)))
 
     # 2. SIGTERM to rank 0 (as a launcher sends it) while rank 3 is stopped
-    # in a check and the others wait for it
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "r.json")
-        token = str(random.SystemRandom().randrange(2, 1 << 62))
-        e = dict(env, DPTP_TEST_STALL_RANK="3", DPTP_TEST_STALL_CHECK="dispatch")
-        cmd = launch_cmd(args, 4)
-        if args.launcher == "mpirun":
-            cmd += ["-x", "DPTP_TEST_STALL_RANK", "-x", "DPTP_TEST_STALL_CHECK"]
-        cmd += [args.check, "--dp", "2", "--tp", "2", "--timeout", "60", "--seed", token, "--format", "json",
-                "--output", out] + SMALL
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
-                             start_new_session=True)
-        exe = os.path.realpath(args.check)
-        stopped = rank0 = None
-        for _ in range(600):  # this job's ranks: dptp-check with its --seed
-            for pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    if os.path.realpath("/proc/%s/exe" % pid) != exe:
-                        continue
-                    st = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[0]
-                    cl = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
-                    en = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
-                except OSError:
-                    continue
-                if token.encode() not in cl:
-                    continue
-                if st == "T":
-                    stopped = pid
-                if b"RANK=0" in en or b"OMPI_COMM_WORLD_RANK=0" in en:
-                    rank0 = pid
-            if (stopped and rank0) or p.poll() is not None:
-                break
-            time.sleep(0.1)
-        if stopped and rank0:
-            os.kill(int(rank0), signal.SIGTERM)
-        try:
-            so, se = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            so, se = p.communicate()
-            problems.append("SIGTERM in a check: still running 60 s later")
-        what = "SIGTERM during a check"
-        if not stopped or not rank0:
-            problems.append("%s: rank 3 never stopped, or no rank 0: %s" % (what, se[-400:]))
-        elif not os.path.exists(out):
-            problems.append("%s: no report: %s" % (what, se[-600:]))
-        else:
-            got = load(out, "json")
-            b0, d0, d1, l1 = (got[(0, "broadcast")], got[(0, "dispatch")], got[(1, "dispatch")],
-                              got[(1, "lockstep")])
-            if "rank 0: pass" not in b0[1] or "not gathered" not in b0[1]:
-                problems.append("%s: rank 0's finished check lost: %r" % (what, b0))
-            if got[(1, "broadcast")][0] != "error" or "not gathered" not in got[(1, "broadcast")][1]:
-                problems.append("%s: another replica's finished check: %r" % (what, got[(1, "broadcast")]))
-            if any(x[0] != "error" or "during this check" not in x[1] for x in (d0, d1)):
-                problems.append("%s: the running check: %r %r" % (what, d0, d1))
-            if l1[0] != "error" or "not run: terminated by signal 15 (SIGTERM) during check dispatch" not in l1[1]:
-                problems.append("%s: a later check: %r" % (what, l1))
-        print("%s: exit %s" % (what, p.returncode))
+    # in a check and the others wait for it; one layout, then --layouts
+    # (whose report has its own form: one report per layout, the matrix)
+    for layout in (["--dp", "2", "--tp", "2"], ["--layouts", "2x1x2,4x1x1"]):
+        sigterm_in_check(args, env, layout, problems)
 
     # 3. --bench that fails before any row: no device (CUDA_VISIBLE_DEVICES
     # empty), with and without --backend cuda
