@@ -225,12 +225,12 @@ static int report_and_verdict(const struct dptp_options *o, struct dptp_bootstra
 static int early_exit(const struct dptp_options *o, bool cuda, const char *msg)
 {
 	fprintf(stderr, "dptp-check: %s\n", msg);
-	if (!o->output || !dptp_stop_maybe_rank0() || !dptp_stop_claim())
-		return EXIT_ENV;
-	char why[DPTP_ERR_MAX + 64];
-	snprintf(why, sizeof(why), "not run: start-up: %s", msg);
-	(void)dptp_stop_report_not_run(o, NULL, 0, cuda, DPTP_ERROR, why, EXIT_ENV, NULL, 0);
-	dptp_stop_done(EXIT_ENV);
+	if (o->output && dptp_stop_maybe_rank0() && dptp_stop_claim()) {
+		char why[DPTP_ERR_MAX + 64];
+		snprintf(why, sizeof(why), "not run: start-up: %s", msg);
+		(void)dptp_stop_report_not_run(o, NULL, 0, cuda, DPTP_ERROR, why, EXIT_ENV, NULL, 0);
+	}
+	dptp_stop_done(EXIT_ENV); /* a signal from here on: exit 3 at once */
 	return EXIT_ENV;
 }
 
