@@ -245,7 +245,6 @@ static bool fits(enum dptp_status s, enum want w)
 
 static void test_outcome_table(void **state)
 {
-	double t0 = dptp_now();
 	for (size_t f = 0; f < sizeof(table) / sizeof(table[0]); f++) {
 		const struct row *row = &table[f];
 		enum dptp_status st[2][DPTP_MAX_CHECKS];
@@ -269,8 +268,6 @@ static void test_outcome_table(void **state)
 						 dptp_status_name(st[d][k]), w[d] == PASS ? "pass" : w[d] == FAIL ? "fail" : "pass or fail");
 		}
 	}
-	/* about a second on an idle machine; a figure, not an assertion */
-	print_message("%zu jobs of 4 ranks in %.2f s\n", sizeof(table) / sizeof(table[0]), dptp_now() - t0);
 }
 
 /* Rank 2's copies to and from the data plane fail: the broadcast,
