@@ -1757,7 +1757,7 @@ static void test_client_limits(void **state)
  * request, byte for byte the layout torch sends. */
 static void test_frames(void **state)
 {
-	struct dptp_tcpstore_frame f = {0};
+	struct dptp_buf f = {0};
 	size_t n = 0;
 	dptp_tcpstore_frame_handshake(&f, 0x01020304u);
 	static const uint8_t hs[] = { 0, 0xce, 0xf7, 0x85, 0x3c, 13, 4, 3, 2, 1 };
@@ -1786,9 +1786,9 @@ static void test_frames(void **state)
 	dptp_le64_put(b, 0x1122334455667788ULL);
 	assert_int_equal(b[0], 0x88);
 	assert_int_equal(b[7], 0x11);
-	dptp_tcpstore_frame_release(&f);
+	dptp_buf_release(&f);
 	assert_null(f.buf);
-	dptp_tcpstore_frame_release(NULL);
+	dptp_buf_release(NULL);
 }
 
 /* ---- memory budget (issue 24 item 2) ---------------------------------------------- */

@@ -1,6 +1,7 @@
 /* Worker command and environment (see env.h). */
 #include "agent/env.h"
 #include "log/glog.h"
+#include "base/buf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -185,13 +186,7 @@ void env_command_release(struct worker_cmd *cmd)
 
 char *env_template_subst(const char *tmpl, const char *const *keys, const char *const *vals, size_t n)
 {
-	size_t cap = strlen(tmpl) + 1, len = 0;
-	char *out;
-	for (size_t k = 0; k < n; k++)
-		cap += strlen(vals[k]) * 4; /* generous; grown below if needed */
-	out = malloc(cap);
-	if (!out)
-		return NULL;
+	struct dptp_buf out = {0};
 	for (const char *c = tmpl; *c; ) {
 		const char *rep = NULL;
 		size_t skip = 1;
@@ -216,23 +211,10 @@ char *env_template_subst(const char *tmpl, const char *const *keys, const char *
 			}
 		}
 		const char *piece = rep ? rep : c;
-		size_t plen = rep ? strlen(rep) : 1;
-		if (len + plen + 1 > cap) {
-			char *grown;
-			cap = (len + plen + 1) * 2;
-			grown = realloc(out, cap);
-			if (!grown) {
-				free(out);
-				return NULL;
-			}
-			out = grown;
-		}
-		memcpy(out + len, piece, plen);
-		len += plen;
+		dptp_buf_add(&out, piece, rep ? strlen(rep) : 1);
 		c += skip;
 	}
-	out[len] = '\0';
-	return out;
+	return dptp_buf_detach(&out, NULL);
 }
 
 char **env_argv_for(const struct worker_cmd *cmd, unsigned local_rank)

@@ -21,7 +21,7 @@
 #include "output/events.h"
 #include "agent/guard.h"
 #include "log/glog.h"
-#include "log/host.h"
+#include "base/host.h"
 #include "output/logs.h"
 #include "agent/numa.h"
 #include "pmix/pmix_srv.h"
@@ -926,7 +926,7 @@ int supervise_run(const struct run_opts *o)
 	if ((rc = guard_start(&j.guard)) < 0)
 		fprintf(stderr, "dptp-run: warning: no worker guard (%s): a SIGKILLed launcher leaves its workers' children\n",
 			strerror(-rc));
-	rdzv_common_hostname(j.hostname, sizeof(j.hostname));
+	dptp_hostname(j.hostname, sizeof(j.hostname));
 	if ((rc = pmix_srv_init(&j.srv, o->nproc, &err)) == -EINVAL) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		status = 2;
@@ -1003,7 +1003,7 @@ int supervise_run(const struct run_opts *o)
 		}
 		end_events(&j, true);
 		char host[256];
-		host_fqdn(host, sizeof(host));
+		dptp_getfqdn(host, sizeof(host));
 		if (j.nfail) { /* none when only another node failed: it reports */
 			fputs("ChildFailedError: \n", stderr);
 			failure_report_write(stderr, j.cmd.entry_name, j.fail, j.nfail, host);

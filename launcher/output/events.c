@@ -13,7 +13,7 @@
 
 #include "base/util.h"
 #include "output/failure.h"
-#include "log/host.h"
+#include "base/host.h"
 
 /* ---- Python's json.dumps pieces ---- */
 
@@ -464,7 +464,7 @@ int events_init(struct agent_events *e, const char *handler, int fd)
 		if (!strcmp(lv, above_info[i]))
 			return 0;
 	e->fd = fd;
-	host_fqdn(e->hostname, sizeof(e->hostname));
+	dptp_getfqdn(e->hostname, sizeof(e->hostname));
 	return 0;
 }
 

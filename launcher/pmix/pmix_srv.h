@@ -31,7 +31,7 @@ struct pmix_srv {
 	unsigned world;
 	struct pmix_srv_proc *procs; /* per local rank of the current job */
 	char exe[256];               /* the workers' executable, for queries */
-	char hostname[256];          /* this node's name in the job (rdzv_common_hostname) */
+	char hostname[256];          /* this node's name in the job (dptp_hostname) */
 	unsigned slots;              /* this node's cores (rdzv_common_slots), set by the caller */
 	unsigned univ;               /* universe size: the job's nodes' slots */
 	/* Open MPI's shared-memory backing files (btl_vader_backing_directory):

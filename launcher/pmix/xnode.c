@@ -20,8 +20,9 @@ enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, 
 struct xop {
 	int fd;
 	enum xstate st;
-	uint8_t *out, *in;
-	size_t outlen, outoff, outcap, inlen, incap;
+	struct dptp_buf out; /* requests not sent yet from outoff on */
+	uint8_t *in;
+	size_t outoff, inlen, incap;
 	double deadline;
 	bool echo; /* the PING echo is still to come */
 	struct pmix_srv_fence *fence; /* NULL: the failure watch */
@@ -82,55 +83,29 @@ static void xlog(const char *fmt, ...)
 
 /* ---- frames ---- */
 
-static int put(struct xop *o, const void *p, size_t n)
-{
-	if (o->outlen + n > o->outcap) {
-		size_t cap = (o->outlen + n) * 2;
-		uint8_t *g = realloc(o->out, cap);
-		if (!g)
-			return -ENOMEM;
-		o->out = g;
-		o->outcap = cap;
-	}
-	if (n) /* p may be NULL for an empty value */
-		memcpy(o->out + o->outlen, p, n);
-	o->outlen += n;
-	return 0;
-}
-
-static int put_u8(struct xop *o, uint8_t v) { return put(o, &v, 1); }
-static int put_u64(struct xop *o, uint64_t v)
-{
-	uint8_t b[8];
-	for (int i = 0; i < 8; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
-	return put(o, b, 8);
-}
-static int put_str(struct xop *o, const void *p, size_t n) { return put_u64(o, n) || put(o, p, n) ? -ENOMEM : 0; }
-static uint64_t get_u64(const uint8_t *b)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | b[i];
-	return v;
-}
+/* Request frames (wire/tcpstore.h) onto o->out: 0, or -ENOMEM from the
+ * first allocation that failed on. */
+static int put_ok(const struct xop *o) { return o->out.oom ? -ENOMEM : 0; }
+static int put_u8(struct xop *o, uint8_t v) { dptp_tcpstore_frame_u8(&o->out, v); return put_ok(o); }
+static int put_u64(struct xop *o, uint64_t v) { dptp_tcpstore_frame_u64(&o->out, v); return put_ok(o); }
+static int put_str(struct xop *o, const void *p, size_t n) { dptp_tcpstore_frame_str(&o->out, p, n); return put_ok(o); }
 
 static int handshake(struct xop *o)
 {
-	uint8_t h[10] = {DPTP_TCPSTORE_VALIDATE, 0xce, 0xf7, 0x85, 0x3c, DPTP_TCPSTORE_PING};
-	uint32_t nonce = (uint32_t)getpid();
-	memcpy(h + 6, &nonce, 4); /* little-endian hosts only, as the protocol */
-	return put(o, h, sizeof(h));
+	dptp_tcpstore_frame_handshake(&o->out, (uint32_t)getpid());
+	return put_ok(o);
 }
 
 static int frame_set(struct xop *o, const char *key, const void *v, size_t n)
 {
-	return put_u8(o, DPTP_TCPSTORE_SET) || put_str(o, key, strlen(key)) || put_str(o, v, n) ? -ENOMEM : 0;
+	dptp_tcpstore_frame_set(&o->out, key, v, n);
+	return put_ok(o);
 }
 
 static int frame_wait(struct xop *o, const char *key)
 {
-	return put_u8(o, DPTP_TCPSTORE_WAIT) || put_u64(o, 1) || put_str(o, key, strlen(key)) ? -ENOMEM : 0;
+	dptp_tcpstore_frame_wait(&o->out, key);
+	return put_ok(o);
 }
 
 /* ---- connections ---- */
@@ -170,7 +145,7 @@ static void op_free(struct xop *o)
 {
 	if (o->fd >= 0)
 		close(o->fd);
-	free(o->out);
+	dptp_buf_release(&o->out);
 	free(o->in);
 	free(o->inv);
 	free(o);
@@ -404,7 +379,7 @@ size_t xnode_pollfds(struct xnode *x, struct pollfd *pfd, size_t max)
 		hb_tick(x, dptp_now()); /* before the poll: its frames go out now */
 	for (size_t i = 0; x && i < x->nops && n < max; i++)
 		pfd[n++] = (struct pollfd){.fd = x->ops[i]->fd,
-			.events = POLLIN | (x->ops[i]->outoff < x->ops[i]->outlen ? POLLOUT : 0)};
+			.events = POLLIN | (x->ops[i]->outoff < x->ops[i]->out.len ? POLLOUT : 0)};
 	return n;
 }
 
@@ -418,7 +393,7 @@ static int mget_reply(const struct xop *o, size_t n, size_t *total)
 	for (size_t i = 0; i < n; i++) {
 		if (o->inlen < off + 8)
 			return 0;
-		uint64_t l = get_u64(o->in + off);
+		uint64_t l = dptp_le64_get(o->in + off);
 		if (l > DPTP_TCPSTORE_MAX_VALUE)
 			return -EPROTO;
 		if (o->inlen < off + 8 + l)
@@ -467,11 +442,11 @@ static int advance(struct xnode *x, struct xop *o)
 			char req[64];
 			if (o->inlen < 8)
 				return 0;
-			flag = get_u64(o->in);
+			flag = dptp_le64_get(o->in);
 			if (flag) {
 				if (o->inlen < 16)
 					return 0;
-				l = get_u64(o->in + 8);
+				l = dptp_le64_get(o->in + 8);
 				if (l > DPTP_TCPSTORE_MAX_VALUE)
 					return -EPROTO;
 				if (o->inlen < 16 + l)
@@ -522,7 +497,7 @@ rewait:
 			uint64_t l;
 			if (o->inlen < 8)
 				return 0;
-			l = get_u64(o->in);
+			l = dptp_le64_get(o->in);
 			if (l > DPTP_TCPSTORE_MAX_VALUE || l < 1)
 				return -EPROTO;
 			if (o->inlen < 8 + l)
@@ -534,7 +509,7 @@ rewait:
 		case X_DADD: {
 			if (o->inlen < 8)
 				return 0;
-			uint64_t v = get_u64(o->in);
+			uint64_t v = dptp_le64_get(o->in);
 			o->inlen -= 8;
 			memmove(o->in, o->in + 8, o->inlen);
 			snprintf(key, sizeof(key), "%sworkers_done/all", x->prefix);
@@ -568,7 +543,7 @@ rewait:
 			if (got <= 0)
 				return got;
 			for (unsigned k = 0; k < x->nnodes; k++) {
-				uint64_t l = get_u64(o->in + off);
+				uint64_t l = dptp_le64_get(o->in + off);
 				char *v = strndup((const char *)o->in + off + 8, l), *p = v, *end;
 				for (unsigned i = 0; v && k != x->me && i < x->nodes[k].nproc; i++, p = end) {
 					long pid = strtol(p, &end, 10);
@@ -586,7 +561,7 @@ rewait:
 			if (!x->hb_waiting || o->inlen < 8 * (size_t)x->nnodes)
 				return 0;
 			for (unsigned k = 0; k < x->nnodes; k++) {
-				uint64_t v = get_u64(o->in + 8 * k);
+				uint64_t v = dptp_le64_get(o->in + 8 * k);
 				if (v != x->hb_val[k]) {
 					x->hb_val[k] = v;
 					x->hb_seen[k] = now;
@@ -600,7 +575,7 @@ rewait:
 		case X_ADD: {
 			if (o->inlen < 8)
 				return 0;
-			uint64_t v = get_u64(o->in);
+			uint64_t v = dptp_le64_get(o->in);
 			o->inlen -= 8;
 			memmove(o->in, o->in + 8, o->inlen);
 			if (v == o->ninv) {
@@ -644,7 +619,7 @@ rewait:
 			off = 0;
 			size_t w = 0;
 			for (size_t i = 0; i < o->ninv; i++) {
-				uint64_t l = get_u64(o->in + off);
+				uint64_t l = dptp_le64_get(o->in + off);
 				memcpy(cat + w, o->in + off + 8, l);
 				w += l;
 				off += 8 + l;
@@ -730,11 +705,11 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 		if (pfd[i].fd != o->fd)
 			continue;
 		if (pfd[i].revents & POLLOUT) {
-			ssize_t w = send(o->fd, o->out + o->outoff, o->outlen - o->outoff, MSG_NOSIGNAL);
+			ssize_t w = send(o->fd, o->out.buf + o->outoff, o->out.len - o->outoff, MSG_NOSIGNAL);
 			if (w > 0) {
 				o->outoff += (size_t)w;
-				if (o->outoff == o->outlen)
-					o->outoff = o->outlen = 0;
+				if (o->outoff == o->out.len)
+					o->outoff = o->out.len = 0;
 			} else if (w < 0 && errno != EAGAIN && errno != EINTR) {
 				why = strerror(errno);
 			}

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "log/glog.h"
-#include "log/host.h"
+#include "base/host.h"
 #include "rdzv/rdzv_state.h"
 #include "wire/tcpstore.h"
 
@@ -382,7 +382,7 @@ static bool is_this_machine(const char *host)
 	    (inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6)))
 		return true;
 	gethostname(me, sizeof(me) - 1);
-	host_fqdn(fq, sizeof(fq));
+	dptp_getfqdn(fq, sizeof(fq));
 	if (!strcmp(host, me) || !strcmp(host, fq))
 		return true;
 	if (getaddrinfo(host, NULL, &hints, &hl) != 0)
@@ -712,7 +712,7 @@ int rdzv_c10d_init(struct rendezvous *r, struct dptp_err *err)
 	if (o->local_addr && *o->local_addr)
 		snprintf(c->me.addr, sizeof(c->me.addr), "%s", o->local_addr);
 	else
-		host_fqdn(c->me.addr, sizeof(c->me.addr));
+		dptp_getfqdn(c->me.addr, sizeof(c->me.addr));
 	c->me.pid = getpid();
 	c->me.local_id = 0;
 	r->c10d = c;

@@ -15,18 +15,6 @@
 #include "log/glog.h"
 #include "wire/tcpstore.h"
 
-void rdzv_common_hostname(char *buf, size_t len)
-{
-	const char *h = getenv("DPTP_HOSTNAME");
-	if (h && *h) {
-		snprintf(buf, len, "%s", h);
-		return;
-	}
-	if (gethostname(buf, len - 1) < 0)
-		snprintf(buf, len, "localhost");
-	buf[len - 1] = '\0';
-}
-
 unsigned rdzv_common_slots(void)
 {
 	cpu_set_t set;

@@ -113,9 +113,6 @@ void rdzv_common_info_set_ranks(struct rdzv_info *out, unsigned me, unsigned n, 
  * rank, checked against out's assignment. */
 int rdzv_common_read_nodes(struct rendezvous *r, struct dptp_tcpstore_client *c, const char *const *keys, unsigned n,
 	unsigned me, struct rdzv_info *out, struct dptp_err *err);
-/* The name this node goes by in the job: DPTP_HOSTNAME when set (several
- * nodes laid over one machine), else gethostname(). */
-void rdzv_common_hostname(char *buf, size_t len);
 /* mpirun's slots of this node: the cores (not hardware threads) this
  * process may run on, at least 1. */
 unsigned rdzv_common_slots(void);

@@ -1,6 +1,7 @@
 /* torch's pickled c10d rendezvous state (see rdzv_state.h). */
 #include "rdzv/rdzv_state.h"
 
+#include "base/buf.h"
 #include "base/utf8.h"
 
 #include <errno.h>
@@ -685,9 +686,7 @@ enum { M_MOD_RDZV, M_MOD_DT, M_CLS_STATE, M_CLS_NODE, M_CLS_DT, M_CLS_TZ, M_CLS_
 	M_ADDR, M_PID, M_LOCAL_ID, M_NFIXED };
 
 struct enc {
-	uint8_t *b;
-	size_t len, cap;
-	bool oom;
+	struct dptp_buf b;     /* the pickle */
 	long memo[M_NFIXED];   /* -1 until written */
 	long next;             /* next memo index */
 	const struct rdzv_nd **nodes; /* nodes written so far and their memo */
@@ -697,22 +696,7 @@ struct enc {
 
 static void put(struct enc *e, const void *p, size_t n)
 {
-	if (e->oom)
-		return;
-	if (e->len + n > e->cap) {
-		size_t c = e->cap ? e->cap : 512;
-		while (c < e->len + n)
-			c *= 2;
-		uint8_t *nb = realloc(e->b, c);
-		if (!nb) {
-			e->oom = true;
-			return;
-		}
-		e->b = nb;
-		e->cap = c;
-	}
-	memcpy(e->b + e->len, p, n);
-	e->len += n;
+	dptp_buf_add(&e->b, p, n);
 }
 
 static void put1(struct enc *e, uint8_t c)
@@ -903,7 +887,7 @@ int rdzv_state_encode(const struct rdzv_state *s, uint8_t **out, size_t *n, stru
 	e.nodes = calloc(maxn + 1, sizeof(*e.nodes));
 	e.node_memo = calloc(maxn + 1, sizeof(*e.node_memo));
 	if (!e.nodes || !e.node_memo) {
-		e.oom = true;
+		e.b.oom = true;
 		goto done;
 	}
 	put(&e, "\x80\x04\x95\0\0\0\0\0\0\0\0", 11); /* PROTO 4, FRAME (length below) */
@@ -939,14 +923,14 @@ int rdzv_state_encode(const struct rdzv_state *s, uint8_t **out, size_t *n, stru
 done:
 	free(e.nodes);
 	free(e.node_memo);
-	if (e.oom) {
-		free(e.b);
+	if (e.b.oom) {
+		dptp_buf_release(&e.b);
 		return dptp_err_set(err, -ENOMEM, "out of memory");
 	}
-	uint64_t fl = e.len - 11;
+	uint64_t fl = e.b.len - 11;
 	for (int i = 0; i < 8; i++)
-		e.b[3 + i] = (uint8_t)(fl >> (8 * i));
-	*out = e.b;
-	*n = e.len;
+		e.b.buf[3 + i] = (uint8_t)(fl >> (8 * i));
+	*out = e.b.buf;
+	*n = e.b.len;
 	return 0;
 }

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log/host.h"
+#include "base/host.h"
 #include "rdzv/rdzv_c10d.h"
 #include "wire/tcpstore.h"
 
@@ -372,7 +372,7 @@ int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_
 	r->ops = &single_ops;
 	r->opts = o;
 	r->abort_fd = -1;
-	rdzv_common_hostname(r->hostname, sizeof(r->hostname));
+	dptp_hostname(r->hostname, sizeof(r->hostname));
 	/* the node count bounds every table sized by it: each node runs a
 	 * worker at least, this one its --nproc-per-node */
 	if (o->max_nodes < 1 || o->nproc < 1 || o->nproc > RDZV_MAX_NPROC ||
@@ -394,7 +394,7 @@ int rendezvous_init(struct rendezvous *r, const struct run_opts *o, struct dptp_
 		if (o->local_addr && *o->local_addr)
 			snprintf(r->master_addr, sizeof(r->master_addr), "%s", o->local_addr);
 		else
-			host_fqdn(r->master_addr, sizeof(r->master_addr));
+			dptp_getfqdn(r->master_addr, sizeof(r->master_addr));
 		snprintf(r->bind_addr, sizeof(r->bind_addr), "%s", r->master_addr);
 		r->ephemeral = true;
 		return 0;

@@ -5,7 +5,7 @@
  * server (lib/wire/tcpstore_server.c, in its own thread) and the workers get
  * TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun:
  *  - --standalone: on a free port, a fresh one on every attempt, bound to
- *    MASTER_ADDR: --local-addr, else socket.getfqdn() (host_fqdn()).
+ *    MASTER_ADDR: --local-addr, else socket.getfqdn() (dptp_getfqdn()).
  *  - static, one node: bound to --master-addr's address at --master-port
  *    (torchrun binds "::"; binding the given address keeps a default
  *    127.0.0.1 job off the network). --master-port=0 takes a free port. The

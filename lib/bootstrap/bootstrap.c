@@ -1,4 +1,5 @@
 #include "bootstrap/bootstrap.h"
+#include "base/host.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -26,12 +27,9 @@ static int pick(struct dptp_bootstrap **out, double timeout, struct dptp_err *er
 int dptp_bootstrap_create(struct dptp_bootstrap **out, double timeout, struct dptp_err *err)
 {
 	DPTP_TRY(pick(out, timeout, err));
-	/* DPTP_HOSTNAME: which host this rank counts as (ranks with equal
-	 * names share memory). For tests that lay several "hosts" over one
-	 * machine; real runs leave it unset and get gethostname(). */
-	const char *h = getenv("DPTP_HOSTNAME");
-	if (h && *h)
-		snprintf((*out)->hostname, sizeof((*out)->hostname), "%s", h);
+	/* DPTP_HOSTNAME: which host this rank counts as (dptp_hostname) */
+	if (getenv("DPTP_HOSTNAME"))
+		dptp_hostname((*out)->hostname, sizeof((*out)->hostname));
 	return 0;
 }
 

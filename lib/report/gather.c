@@ -1,4 +1,5 @@
 #include "report/gather.h"
+#include "base/buf.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -80,23 +81,6 @@ bad:
 	return -EPROTO;
 }
 
-static void append(char **s, size_t *len, size_t *cap, const char *t)
-{
-	size_t n = strlen(t);
-	if (*len + n + 1 > *cap) {
-		size_t nc = (*cap ? *cap * 2 : 256);
-		while (nc < *len + n + 1)
-			nc *= 2;
-		char *ns = realloc(*s, nc);
-		if (!ns)
-			return;
-		*s = ns;
-		*cap = nc;
-	}
-	memcpy(*s + *len, t, n + 1);
-	*len += n;
-}
-
 int dptp_results_merge(const struct dptp_layout *l, struct dptp_check_result *const *rows,
 		       size_t nres, struct dptp_report *r)
 {
@@ -136,20 +120,19 @@ int dptp_results_merge(const struct dptp_layout *l, struct dptp_check_result *co
 			}
 			out->status = worst;
 			/* the detail: the ranks that gave the verdict, each once */
-			char *s = NULL;
-			size_t len = 0, cap = 0;
+			struct dptp_buf s = {0};
 			for (int i = 0; i < per; i++) {
 				const struct dptp_check_result *x = &rows[rep->ranks[i]][k];
 				if (x->status != worst || !x->detail || !*x->detail)
 					continue;
-				if (worst <= DPTP_PASS && len) /* pass/skip: one rank's words suffice */
+				if (worst <= DPTP_PASS && s.len) /* pass/skip: one rank's words suffice */
 					break;
-				char pre[32];
-				snprintf(pre, sizeof(pre), "%srank %d: ", len ? "; " : "", rep->ranks[i]);
-				append(&s, &len, &cap, pre);
-				append(&s, &len, &cap, x->detail);
+				dptp_buf_addf(&s, "%srank %d: ", s.len ? "; " : "", rep->ranks[i]);
+				dptp_buf_adds(&s, x->detail);
 			}
-			out->detail = s ? s : strdup("");
+			out->detail = dptp_buf_detach(&s, NULL);
+			if (!out->detail)
+				out->detail = strdup("");
 			if (!any) {
 				rep->status = worst;
 				any = true;

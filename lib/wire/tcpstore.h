@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/util.h"
 
 #define DPTP_TCPSTORE_MAGIC 0x3C85F7CEu
@@ -129,27 +130,19 @@ static inline uint64_t dptp_le64_get(const uint8_t *b)
 	return v;
 }
 
-/* A growing buffer of request bytes, for any code that does its own I/O
- * (the client below, dptp-run's non-blocking cross-node links). Zero it to
- * start; after a failed allocation `oom` is set and appends do nothing. */
-struct dptp_tcpstore_frame {
-	uint8_t *buf;      /* owned: dptp_tcpstore_frame_release() */
-	size_t len, cap;
-	bool oom;
-};
-
-void dptp_tcpstore_frame_bytes(struct dptp_tcpstore_frame *f, const void *p, size_t n);
-void dptp_tcpstore_frame_u8(struct dptp_tcpstore_frame *f, uint8_t v);
-void dptp_tcpstore_frame_u32(struct dptp_tcpstore_frame *f, uint32_t v);
-void dptp_tcpstore_frame_u64(struct dptp_tcpstore_frame *f, uint64_t v);
+/* Request frames appended to a struct dptp_buf (base/buf.h), for any code
+ * that does its own I/O (the client below, dptp-run's non-blocking
+ * cross-node links). */
+void dptp_tcpstore_frame_u8(struct dptp_buf *f, uint8_t v);
+void dptp_tcpstore_frame_u32(struct dptp_buf *f, uint32_t v);
+void dptp_tcpstore_frame_u64(struct dptp_buf *f, uint64_t v);
 /* u64 length, then the bytes (p may be NULL when n is 0). */
-void dptp_tcpstore_frame_str(struct dptp_tcpstore_frame *f, const void *p, size_t n);
+void dptp_tcpstore_frame_str(struct dptp_buf *f, const void *p, size_t n);
 /* VALIDATE with the magic, then PING with the nonce the server echoes. */
-void dptp_tcpstore_frame_handshake(struct dptp_tcpstore_frame *f, uint32_t nonce);
+void dptp_tcpstore_frame_handshake(struct dptp_buf *f, uint32_t nonce);
 /* Whole SET and single-key WAIT requests. */
-void dptp_tcpstore_frame_set(struct dptp_tcpstore_frame *f, const char *key, const void *v, size_t n);
-void dptp_tcpstore_frame_wait(struct dptp_tcpstore_frame *f, const char *key);
-void dptp_tcpstore_frame_release(struct dptp_tcpstore_frame *f);
+void dptp_tcpstore_frame_set(struct dptp_buf *f, const char *key, const void *v, size_t n);
+void dptp_tcpstore_frame_wait(struct dptp_buf *f, const char *key);
 
 /* Reply bytes of CHECK and WAIT / CANCEL_WAIT. */
 #define DPTP_TCPSTORE_READY 0

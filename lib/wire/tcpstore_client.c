@@ -31,7 +31,7 @@ struct dptp_tcpstore_client {
 	int64_t init_count;
 	char *prefix;
 	size_t prefix_len;
-	struct dptp_tcpstore_frame w;  /* request being built */
+	struct dptp_buf w;  /* request being built */
 	char peer[300];
 	int abort_fd; /* -1: none */
 };
@@ -50,7 +50,7 @@ static void w_reset(struct dptp_tcpstore_client *c)
 
 static void w_bytes(struct dptp_tcpstore_client *c, const void *p, size_t n)
 {
-	dptp_tcpstore_frame_bytes(&c->w, p, n);
+	dptp_buf_add(&c->w, p, n);
 }
 
 static void w_u64(struct dptp_tcpstore_client *c, uint64_t v)
@@ -471,7 +471,7 @@ void dptp_tcpstore_client_destroy(struct dptp_tcpstore_client *c)
 		close(c->fd);
 	free(c->host);
 	free(c->prefix);
-	dptp_tcpstore_frame_release(&c->w);
+	dptp_buf_release(&c->w);
 	free(c);
 }
 

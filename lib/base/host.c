@@ -1,14 +1,27 @@
-/* This machine's names as torch sees them (see host.h). */
-#include "log/host.h"
+/* This machine's names (see host.h). */
+#include "base/host.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-void host_fqdn(char *buf, size_t len)
+void dptp_hostname(char *buf, size_t len)
+{
+	const char *h = getenv("DPTP_HOSTNAME");
+	if (h && *h) {
+		snprintf(buf, len, "%s", h);
+		return;
+	}
+	if (gethostname(buf, len - 1) < 0)
+		snprintf(buf, len, "localhost");
+	buf[len - 1] = '\0';
+}
+
+void dptp_getfqdn(char *buf, size_t len)
 {
 	char host[256] = "";
 	struct addrinfo hints = {.ai_family = AF_UNSPEC}, *res = NULL;
