@@ -1,5 +1,6 @@
-/* lib/base's shared helpers: the growable buffer and this machine's names
- * (one copy each for lib/ and launcher/, issue 26 item 3). */
+/* lib/base's shared helpers: the growable buffer, this machine's names
+ * (one copy each for lib/ and launcher/, issue 26 item 3), and json.dumps
+ * strings byte for byte against Python's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,8 @@
 
 #include "base/buf.h"
 #include "base/host.h"
+#include "base/json.h"
+#include "base/utf8.h"
 
 static void test_buf(void **state)
 {
@@ -100,12 +103,95 @@ static void test_getfqdn(void **state)
 	assert_string_equal(fq, py);
 }
 
+/* Bytes, then json.dumps(b.decode("utf-8", "surrogateescape")) and
+ * json.dumps(b.decode("utf-8", "replace")), as python3 printed them. */
+static const struct {
+	const char *in;
+	size_t n;
+	const char *escape, *replace;
+} dumps[] = {
+	{"", 0, "\"\"", "\"\""},
+	{"\x70\x6c\x61\x69\x6e", 5, "\"plain\"", "\"plain\""},
+	{"\x71\x22\x62\x5c\x73\x2f", 6, "\"q\\\"b\\\\s/\"", "\"q\\\"b\\\\s/\""},
+	{"\x0a\x0d\x09\x08\x0c", 5, "\"\\n\\r\\t\\b\\f\"", "\"\\n\\r\\t\\b\\f\""},
+	{"\x00\x01\x1f", 3, "\"\\u0000\\u0001\\u001f\"", "\"\\u0000\\u0001\\u001f\""},
+	{"\x7e\x7f", 2, "\"~\\u007f\"", "\"~\\u007f\""},
+	{"\x63\x61\x66\xc3\xa9", 5, "\"caf\\u00e9\"", "\"caf\\u00e9\""},
+	{"\xe2\x82\xac\x20\xe2\x80\xa8", 7, "\"\\u20ac \\u2028\"", "\"\\u20ac \\u2028\""},
+	{"\xf0\x9f\x98\x80", 4, "\"\\ud83d\\ude00\"", "\"\\ud83d\\ude00\""},
+	{"\xf4\x8f\xbf\xbf", 4, "\"\\udbff\\udfff\"", "\"\\udbff\\udfff\""},
+	{"\xff", 1, "\"\\udcff\"", "\"\\ufffd\""},
+	{"\x80\x78", 2, "\"\\udc80x\"", "\"\\ufffdx\""},
+	{"\xc0\xaf", 2, "\"\\udcc0\\udcaf\"", "\"\\ufffd\\ufffd\""},
+	{"\xc3", 1, "\"\\udcc3\"", "\"\\ufffd\""},
+	{"\xe2\x82", 2, "\"\\udce2\\udc82\"", "\"\\ufffd\""},
+	{"\xe2\x82\x41", 3, "\"\\udce2\\udc82A\"", "\"\\ufffdA\""},
+	{"\xed\xa0\x80", 3, "\"\\udced\\udca0\\udc80\"", "\"\\ufffd\\ufffd\\ufffd\""},
+	{"\xed\xbf\xbf", 3, "\"\\udced\\udcbf\\udcbf\"", "\"\\ufffd\\ufffd\\ufffd\""},
+	{"\xf4\x90\x80\x80", 4, "\"\\udcf4\\udc90\\udc80\\udc80\"", "\"\\ufffd\\ufffd\\ufffd\\ufffd\""},
+	{"\xf0\x9f\x98", 3, "\"\\udcf0\\udc9f\\udc98\"", "\"\\ufffd\""},
+	{"\xf8\x88\x80\x80\x80", 5, "\"\\udcf8\\udc88\\udc80\\udc80\\udc80\"", "\"\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\""},
+	{"\x61\xef\xbf\xbd\x62", 5, "\"a\\ufffdb\"", "\"a\\ufffdb\""},
+	{"\xe0\x80\x80", 3, "\"\\udce0\\udc80\\udc80\"", "\"\\ufffd\\ufffd\\ufffd\""},
+	{"\xef\xbf\xbe", 3, "\"\\ufffe\"", "\"\\ufffe\""},
+};
+
+static void test_json_str(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++) {
+		struct dptp_buf b = {0};
+		dptp_json_str(&b, dumps[i].in, dumps[i].n, 0);
+		assert_false(b.oom);
+		assert_string_equal((char *)b.buf, dumps[i].escape);
+		dptp_buf_release(&b);
+		dptp_json_str(&b, dumps[i].in, dumps[i].n, DPTP_JSON_REPLACE);
+		assert_string_equal((char *)b.buf, dumps[i].replace);
+		dptp_buf_release(&b);
+	}
+}
+
+/* Code points as json.dumps(chr(cp)) writes them (without the quotes). */
+static void test_json_cp(void **state)
+{
+	(void)state;
+	static const struct { uint32_t cp; const char *out; } cps[] = {
+		{'"', "\\\""}, {'/', "/"}, {0x7f, "\\u007f"}, {0xab, "\\u00ab"}, {0xd800, "\\ud800"},
+		{0xdfff, "\\udfff"}, {0xfeff, "\\ufeff"}, {0x10000, "\\ud800\\udc00"}, {0x10ffff, "\\udbff\\udfff"},
+	};
+	for (size_t i = 0; i < sizeof(cps) / sizeof(cps[0]); i++) {
+		struct dptp_buf b = {0};
+		dptp_json_cp(&b, cps[i].cp);
+		assert_string_equal((char *)b.buf, cps[i].out);
+		dptp_buf_release(&b);
+	}
+}
+
+/* The piece Python's decoder reports as one error. */
+static void test_utf8_invalid_len(void **state)
+{
+	(void)state;
+	static const struct { const char *in; size_t n, len; } bad[] = {
+		{"\xff", 1, 1}, {"\x80", 1, 1}, {"\xc0\xaf", 2, 1}, {"\xc3", 1, 1}, {"\xe2\x82", 2, 2},
+		{"\xe2\x82" "A", 3, 2}, {"\xe0\x80", 2, 1}, {"\xed\xa0\x80", 3, 1}, {"\xf0\x9f\x98", 3, 3},
+		{"\xf4\x90", 2, 1}, {"\xf5\x80", 2, 1},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint32_t cp;
+		assert_int_equal(dptp_utf8_next((const uint8_t *)bad[i].in, bad[i].n, 0, &cp), 0);
+		assert_int_equal(dptp_utf8_invalid_len((const uint8_t *)bad[i].in, bad[i].n), bad[i].len);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_buf),
 		cmocka_unit_test(test_hostname),
 		cmocka_unit_test(test_getfqdn),
+		cmocka_unit_test(test_json_str),
+		cmocka_unit_test(test_json_cp),
+		cmocka_unit_test(test_utf8_invalid_len),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

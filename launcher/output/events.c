@@ -11,78 +11,22 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/json.h"
+#include "base/utf8.h"
 #include "base/util.h"
 #include "output/failure.h"
 #include "base/host.h"
 
 /* ---- Python's json.dumps pieces ---- */
 
-static void put_u16(FILE *o, unsigned u)
-{
-	fprintf(o, "\\u%04x", u);
-}
-
-/* One code point as json.dumps(ensure_ascii=True) writes it. */
-static void put_cp(FILE *o, unsigned cp)
-{
-	switch (cp) {
-	case '"': fputs("\\\"", o); return;
-	case '\\': fputs("\\\\", o); return;
-	case '\n': fputs("\\n", o); return;
-	case '\r': fputs("\\r", o); return;
-	case '\t': fputs("\\t", o); return;
-	case '\b': fputs("\\b", o); return;
-	case '\f': fputs("\\f", o); return;
-	}
-	if (cp >= 0x20 && cp < 0x7f)
-		fputc((int)cp, o);
-	else if (cp < 0x10000)
-		put_u16(o, cp);
-	else {
-		cp -= 0x10000;
-		put_u16(o, 0xd800 | (cp >> 10));
-		put_u16(o, 0xdc00 | (cp & 0x3ff));
-	}
-}
-
-/* Decodes one UTF-8 sequence at *p (an invalid byte becomes U+FFFD, as
- * errors="replace" reads it). */
-static unsigned utf8_next(const unsigned char **p)
-{
-	const unsigned char *s = *p;
-	unsigned cp, n;
-	if (s[0] < 0x80) {
-		*p = s + 1;
-		return s[0];
-	}
-	if ((s[0] & 0xe0) == 0xc0)
-		cp = s[0] & 0x1f, n = 1;
-	else if ((s[0] & 0xf0) == 0xe0)
-		cp = s[0] & 0x0f, n = 2;
-	else if ((s[0] & 0xf8) == 0xf0)
-		cp = s[0] & 0x07, n = 3;
-	else {
-		*p = s + 1;
-		return 0xfffd;
-	}
-	for (unsigned i = 1; i <= n; i++) {
-		if ((s[i] & 0xc0) != 0x80) {
-			*p = s + 1;
-			return 0xfffd;
-		}
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	*p = s + n + 1;
-	return cp;
-}
-
+/* A string as json.dumps writes it (base/json.h). */
 static void put_str(FILE *o, const char *s)
 {
-	const unsigned char *p = (const unsigned char *)s;
-	fputc('"', o);
-	while (*p)
-		put_cp(o, utf8_next(&p));
-	fputc('"', o);
+	struct dptp_buf b = {0};
+	dptp_json_str(&b, s, strlen(s), 0);
+	if (!b.oom)
+		fwrite(b.buf, 1, b.len, o);
+	dptp_buf_release(&b);
 }
 
 void events_float_repr(double v, char *buf, size_t len)
@@ -181,49 +125,58 @@ static int hex4(const char *p, unsigned *u)
 	return 0;
 }
 
-/* A string: decoded and written again; *empty tells whether it was "". */
+/* A string: decoded and written again; *empty tells whether it was "".
+ * Raw bytes are read as errors="replace" reads them (base/utf8.h). */
 static int rd_string(struct redump *r, bool *empty)
 {
 	const unsigned char *p = (const unsigned char *)r->p + 1;
+	struct dptp_buf out = {0};
+	int rc = -1;
 	*empty = *p == '"';
-	fputc('"', r->o);
+	dptp_buf_addc(&out, '"');
 	while (*p != '"') {
 		if (!*p || *p < 0x20)
-			return -1;
+			goto fail;
 		if (*p != '\\') {
-			put_cp(r->o, utf8_next(&p));
+			size_t n = strnlen((const char *)p, 4), k;
+			uint32_t cp = 0xfffd;
+			if (!(k = dptp_utf8_next(p, n, 0, &cp)))
+				k = dptp_utf8_invalid_len(p, n);
+			dptp_json_cp(&out, cp);
+			p += k;
 			continue;
 		}
 		unsigned u;
 		switch (p[1]) {
-		case '"': put_cp(r->o, '"'); break;
-		case '\\': put_cp(r->o, '\\'); break;
-		case '/': put_cp(r->o, '/'); break;
-		case 'b': put_cp(r->o, '\b'); break;
-		case 'f': put_cp(r->o, '\f'); break;
-		case 'n': put_cp(r->o, '\n'); break;
-		case 'r': put_cp(r->o, '\r'); break;
-		case 't': put_cp(r->o, '\t'); break;
+		case '"': dptp_json_cp(&out, '"'); break;
+		case '\\': dptp_json_cp(&out, '\\'); break;
+		case '/': dptp_json_cp(&out, '/'); break;
+		case 'b': dptp_json_cp(&out, '\b'); break;
+		case 'f': dptp_json_cp(&out, '\f'); break;
+		case 'n': dptp_json_cp(&out, '\n'); break;
+		case 'r': dptp_json_cp(&out, '\r'); break;
+		case 't': dptp_json_cp(&out, '\t'); break;
 		case 'u':
 			if (hex4((const char *)p + 2, &u) < 0)
-				return -1;
+				goto fail;
 			/* UTF-16 units pass through as Python keeps them */
-			if (u >= 0x20 && u < 0x7f)
-				put_cp(r->o, u);
-			else if (u == '\n' || u == '\r' || u == '\t' || u == '\b' || u == '\f')
-				put_cp(r->o, u);
-			else
-				put_u16(r->o, u);
+			dptp_json_cp(&out, u);
 			p += 4;
 			break;
 		default:
-			return -1;
+			goto fail;
 		}
 		p += 2;
 	}
-	fputc('"', r->o);
-	r->p = (const char *)p + 1;
-	return 0;
+	dptp_buf_addc(&out, '"');
+	if (!out.oom) {
+		fwrite(out.buf, 1, out.len, r->o);
+		r->p = (const char *)p + 1;
+		rc = 0;
+	}
+fail:
+	dptp_buf_release(&out);
+	return rc;
 }
 
 static int rd_number(struct redump *r, bool *zero)

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "log/glog.h"
 #include "wire/tcpstore.h"
 
@@ -53,44 +54,10 @@ unsigned rdzv_common_slots(void)
 
 void rdzv_common_json_str(const char *s, char *out, size_t len)
 {
-	size_t o = 0;
-#define PUT(...) do { int n_ = snprintf(out + o, o < len ? len - o : 0, __VA_ARGS__); if (n_ > 0) o += (size_t)n_; } while (0)
-	PUT("\"");
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		unsigned cp = *p;
-		if (cp >= 0x80) { /* UTF-8 to \uXXXX (surrogate pairs above the BMP) */
-			int extra = cp >= 0xf0 ? 3 : cp >= 0xe0 ? 2 : cp >= 0xc0 ? 1 : 0;
-			cp &= extra == 3 ? 0x07 : extra == 2 ? 0x0f : 0x1f;
-			for (int i = 0; i < extra && (p[1] & 0xc0) == 0x80; i++)
-				cp = (cp << 6) | (*++p & 0x3f);
-			if (cp >= 0x10000) {
-				cp -= 0x10000;
-				PUT("\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
-			} else {
-				PUT("\\u%04x", cp);
-			}
-		} else if (cp == '"' || cp == '\\') {
-			PUT("\\%c", cp);
-		} else if (cp == '\n') {
-			PUT("\\n");
-		} else if (cp == '\r') {
-			PUT("\\r");
-		} else if (cp == '\t') {
-			PUT("\\t");
-		} else if (cp == '\b') {
-			PUT("\\b");
-		} else if (cp == '\f') {
-			PUT("\\f");
-		} else if (cp < 0x20) {
-			PUT("\\u%04x", cp);
-		} else {
-			PUT("%c", cp);
-		}
-	}
-	PUT("\"");
-#undef PUT
-	if (len)
-		out[o < len ? o : len - 1] = '\0';
+	struct dptp_buf b = {0};
+	dptp_json_str(&b, s, strlen(s), 0);
+	snprintf(out, len, "%s", b.oom ? "" : (const char *)b.buf);
+	dptp_buf_release(&b);
 }
 
 /* ---- the agent store ---------------------------------------------------- */

@@ -35,6 +35,24 @@ size_t dptp_utf8_next(const uint8_t *p, size_t n, unsigned flags, uint32_t *cp)
 	return len;
 }
 
+size_t dptp_utf8_invalid_len(const uint8_t *p, size_t n)
+{
+	uint8_t lo = 0x80, hi = 0xbf;
+	size_t need, k = 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		need = 2;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		need = 3, lo = p[0] == 0xe0 ? 0xa0 : 0x80, hi = p[0] == 0xed ? 0x9f : 0xbf;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		need = 4, lo = p[0] == 0xf0 ? 0x90 : 0x80, hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+	else
+		return 1;
+	if (k < n && p[k] >= lo && p[k] <= hi)
+		for (k++; k < need && k < n && (p[k] & 0xc0) == 0x80; k++)
+			;
+	return k;
+}
+
 bool dptp_utf8_valid(const uint8_t *p, size_t n, unsigned flags)
 {
 	uint32_t cp;

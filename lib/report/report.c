@@ -1,6 +1,7 @@
 /* Report writers: text table, JSON (DESIGN.md schema), JUnit XML, and the
  * atomic file writer. Pure functions of a struct dptp_report. */
 #include "report/report.h"
+#include "base/utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -101,38 +102,10 @@ int dptp_report_exit_code(const struct dptp_report *r)
 
 /* ---- UTF-8 ---------------------------------------------------------- */
 
-/* Length (1..4) of the well-formed UTF-8 sequence at s (n bytes left), with
- * its code point in *cp; 0 when s[0] does not start one (stray continuation,
- * overlong form, surrogate, above U+10FFFF, truncated). */
+/* Strict UTF-8, surrogates refused (base/utf8.h). */
 static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
 {
-	unsigned char c = s[0];
-	if (c < 0x80) {
-		*cp = c;
-		return 1;
-	}
-	size_t len;
-	uint32_t v, min;
-	if (c >= 0xc2 && c <= 0xdf) {
-		len = 2; v = c & 0x1f; min = 0x80;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		len = 3; v = c & 0x0f; min = 0x800;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		len = 4; v = c & 0x07; min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (n < len)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		v = (v << 6) | (s[i] & 0x3f);
-	}
-	if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-		return 0;
-	*cp = v;
-	return len;
+	return dptp_utf8_next(s, n, 0, cp);
 }
 
 /* utf8_next, one step at a time: an invalid byte is one step of NOT_UTF8. */
