@@ -1,4 +1,4 @@
-/* libFuzzer: the JSON, JUnit and text writers (lib/report/report.c) and their
+/* libFuzzer: the JSON, JUnit and text writers (lib/report/report_*.c) and their
  * escapers, fed hostile strings (control bytes, quotes, invalid UTF-8,
  * "]]>", "</testcase>") in every string field of a report. The JSON output
  * must parse (a strict RFC 8259 checker below) and be valid UTF-8; the XML
