@@ -1,0 +1,205 @@
+/* The cross-node watch (launcher/pmix/xnode.c) over a real store: lib/wire's
+ * TCPStore server in this process, two nodes' xnode objects driven by one
+ * poll loop as two launchers' loops would drive theirs (heartbeats every
+ * 0.05 s, a node silent for 0.5 s is lost).
+ *
+ * - both beating: neither is lost (over twice the timeout)
+ * - node 1's launcher gone (its xnode stopped: no more heartbeats): node 0
+ *   finds node 1 lost, "no heartbeat", not before the timeout and within
+ *   the loop's bound
+ * - both nodes' workers done (xnode_finish): silence is no loss then
+ * - a failed attempt reported under <prefix>failed: node 0's xnode_handle
+ *   says so
+ * - the store gone: node 1 finds node 0 (the store's host) lost */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "pmix/xnode.h"
+#include "wire/tcpstore.h"
+
+#define PREFIX "/u26/dptp/0/"
+enum { HB_TIMEOUT_X20 = 10 }; /* 20 x the 0.5 s timeout */
+static const double HB_INTERVAL = 0.05, HB_TIMEOUT = 0.5;
+
+static struct dptp_tcpstore_server *store;
+static unsigned port;
+static struct rdzv_node nodes[2];
+static struct pmix_srv srv; /* down: these tests exchange no fence */
+
+static int setup(void **state)
+{
+	(void)state;
+	struct dptp_tcpstore_server_opts so = {.host = "127.0.0.1", .port = 0};
+	struct dptp_err e = {0};
+	if (dptp_tcpstore_server_create(&so, &store, &e) < 0 || dptp_tcpstore_server_start(store, &e) < 0) {
+		fprintf(stderr, "store: %s\n", e.msg);
+		return -1;
+	}
+	port = dptp_tcpstore_server_port(store);
+	for (unsigned k = 0; k < 2; k++) {
+		nodes[k] = (struct rdzv_node){.nproc = 1, .base = k, .slots = 1, .pid = (int)getpid()};
+		snprintf(nodes[k].host, sizeof(nodes[k].host), "node%u", k);
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (store) {
+		dptp_tcpstore_server_stop(store);
+		dptp_tcpstore_server_destroy(store);
+		store = NULL;
+	}
+	return 0;
+}
+
+static struct xnode *start(unsigned me, const char *prefix)
+{
+	struct xnode *x = NULL;
+	struct dptp_err e = {0};
+	if (xnode_start(&x, "127.0.0.1", port, prefix, nodes, 2, me, 20.0, HB_INTERVAL, HB_TIMEOUT, &srv, &e) < 0)
+		fail_msg("xnode_start node %u: %s", me, e.msg);
+	return x;
+}
+
+/* One loop turn of each live node; *failed gets what xnode_handle said. */
+static void turn(struct xnode **x, size_t n, int *failed)
+{
+	struct pollfd pfd[2 * XNODE_MAX_FDS];
+	size_t first[2], cnt[2], total = 0;
+	double timeout = 0.02;
+	for (size_t i = 0; i < n; i++) {
+		first[i] = total;
+		cnt[i] = x[i] ? xnode_pollfds(x[i], pfd + total, XNODE_MAX_FDS) : 0;
+		total += cnt[i];
+		if (x[i])
+			timeout = xnode_poll_timeout(x[i], timeout);
+	}
+	if (timeout < 0)
+		timeout = 0;
+	poll(pfd, (nfds_t)total, (int)(timeout * 1000.0 + 0.999));
+	for (size_t i = 0; i < n; i++) {
+		if (!x[i])
+			continue;
+		int f = xnode_handle(x[i], pfd + first[i], cnt[i]);
+		if (failed && f >= 0)
+			failed[i] = f;
+	}
+}
+
+static void drive_for(struct xnode **x, size_t n, double secs)
+{
+	double end = dptp_now() + secs;
+	while (dptp_now() < end)
+		turn(x, n, NULL);
+}
+
+static void test_lost_node(void **state)
+{
+	(void)state;
+	struct xnode *x[2] = {start(0, PREFIX "a/"), start(1, PREFIX "a/")};
+	const char *why = NULL;
+	drive_for(x, 2, 2 * HB_TIMEOUT);
+	assert_int_equal(xnode_lost(x[0], &why), -1);
+	assert_int_equal(xnode_lost(x[1], &why), -1);
+	/* node 1's launcher dies: its heartbeats stop */
+	xnode_stop(x[1]);
+	x[1] = NULL;
+	double t0 = dptp_now();
+	int lost = -1;
+	while ((lost = xnode_lost(x[0], &why)) < 0 && dptp_now() - t0 < HB_TIMEOUT_X20 * HB_TIMEOUT)
+		turn(x, 1, NULL);
+	double took = dptp_now() - t0;
+	assert_int_equal(lost, 1);
+	assert_non_null(strstr(why, "no heartbeat"));
+	assert_true(took >= HB_TIMEOUT);
+	xnode_stop(x[0]);
+}
+
+static void test_no_loss_once_finished(void **state)
+{
+	(void)state;
+	struct xnode *x[2] = {start(0, PREFIX "b/"), start(1, PREFIX "b/")};
+	const char *why = NULL;
+	xnode_finish(x[0], 20.0);
+	xnode_finish(x[1], 20.0);
+	double t0 = dptp_now();
+	while ((!xnode_finished(x[0]) || !xnode_finished(x[1])) && dptp_now() - t0 < HB_TIMEOUT_X20 * HB_TIMEOUT)
+		turn(x, 2, NULL);
+	assert_true(xnode_finished(x[0]));
+	assert_true(xnode_finished(x[1]));
+	xnode_stop(x[1]);
+	x[1] = NULL;
+	drive_for(x, 1, 3 * HB_TIMEOUT);
+	assert_int_equal(xnode_lost(x[0], &why), -1);
+	xnode_stop(x[0]);
+}
+
+static void test_failure_reported(void **state)
+{
+	(void)state;
+	struct xnode *x[2] = {start(0, PREFIX "c/"), start(1, PREFIX "c/")};
+	struct dptp_tcpstore_client_opts co = {.host = "127.0.0.1", .port = (uint16_t)port, .timeout = 10};
+	struct dptp_tcpstore_client *c = NULL;
+	struct dptp_err e = {0};
+	int failed[2] = {-1, -1};
+	drive_for(x, 2, 0.1);
+	assert_int_equal(failed[0], -1);
+	assert_int_equal(dptp_tcpstore_client_create(&co, &c, &e), 0);
+	assert_int_equal(dptp_tcpstore_client_set_prefix(c, ""), 0); /* raw keys, as xnode's */
+	/* as rendezvous_report_failure: node 1's attempt failed */
+	assert_int_equal(dptp_tcpstore_client_set(c, PREFIX "c/failed", "1", 1, &e), 0);
+	dptp_tcpstore_client_destroy(c);
+	double t0 = dptp_now();
+	while ((failed[0] < 0 || failed[1] < 0) && dptp_now() - t0 < HB_TIMEOUT_X20 * HB_TIMEOUT)
+		turn(x, 2, failed);
+	assert_true(failed[0] >= 0);
+	assert_true(failed[1] >= 0);
+	const char *why = NULL;
+	assert_int_equal(xnode_lost(x[0], &why), -1); /* a failure, not a loss */
+	xnode_stop(x[0]);
+	xnode_stop(x[1]);
+}
+
+/* last: the store goes */
+static void test_store_lost(void **state)
+{
+	(void)state;
+	struct xnode *x[1] = {start(1, PREFIX "d/")};
+	const char *why = NULL;
+	drive_for(x, 1, 0.1);
+	assert_int_equal(xnode_lost(x[0], &why), -1);
+	dptp_tcpstore_server_stop(store);
+	dptp_tcpstore_server_destroy(store);
+	store = NULL;
+	double t0 = dptp_now();
+	int lost;
+	while ((lost = xnode_lost(x[0], &why)) < 0 && dptp_now() - t0 < HB_TIMEOUT_X20 * HB_TIMEOUT)
+		turn(x, 1, NULL);
+	assert_int_equal(lost, 0);
+	assert_non_null(strstr(why, "store"));
+	xnode_stop(x[0]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_lost_node),
+		cmocka_unit_test(test_no_loss_once_finished),
+		cmocka_unit_test(test_failure_reported),
+		cmocka_unit_test(test_store_lost),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
