@@ -206,10 +206,14 @@ int __wrap_guard_start(struct guard *g)
 
 /* --- the PMIx server: up, and answering as told --- */
 
-int __wrap_pmix_srv_init(struct pmix_srv *s, unsigned nlocal, struct dptp_err *err);
-int __wrap_pmix_srv_init(struct pmix_srv *s, unsigned nlocal, struct dptp_err *err)
+int __wrap_pmix_srv_init(struct pmix_srv *s, unsigned nlocal, void (*made_dir)(void *ctx, const char *dir), void *ctx,
+	struct dptp_err *err);
+int __wrap_pmix_srv_init(struct pmix_srv *s, unsigned nlocal, void (*made_dir)(void *ctx, const char *dir), void *ctx,
+	struct dptp_err *err)
 {
 	(void)nlocal;
+	(void)made_dir;
+	(void)ctx;
 	(void)err;
 	memset(s, 0, sizeof(*s));
 	s->up = true;

@@ -814,6 +814,12 @@ static void rdzv_signal_exit(struct job *j, int *status)
 	*status = -j->signal_received;
 }
 
+/* The PMIx server's private folders go to the guard as they are made. */
+static void guard_dir(void *guard, const char *dir)
+{
+	guard_remove_dir(guard, dir);
+}
+
 int supervise_run(const struct run_opts *o)
 {
 	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .rdzv_sigfd = -1, .stop_timeout = 30.0,
@@ -927,17 +933,13 @@ int supervise_run(const struct run_opts *o)
 		fprintf(stderr, "dptp-run: warning: no worker guard (%s): a SIGKILLed launcher leaves its workers' children\n",
 			strerror(-rc));
 	dptp_hostname(j.hostname, sizeof(j.hostname));
-	if ((rc = pmix_srv_init(&j.srv, o->nproc, &err)) == -EINVAL) {
+	if ((rc = pmix_srv_init(&j.srv, o->nproc, guard_dir, &j.guard, &err)) == -EINVAL) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		status = 2;
 		goto out;
 	} else if (rc < 0) {
 		fprintf(stderr, "dptp-run: warning: %s; workers get no PMIx server\n", err.msg);
 	}
-	if (j.srv.tmpdir[0])
-		guard_remove_dir(&j.guard, j.srv.tmpdir);
-	if (j.srv.shmdir[0])
-		guard_remove_dir(&j.guard, j.srv.shmdir);
 	j.srv.slots = rdzv_common_slots();
 	phase("pmix server up");
 

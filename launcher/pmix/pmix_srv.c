@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum ev_type {
@@ -976,7 +977,8 @@ static void drop_fd_holds(struct pmix_srv *s)
 	s->nfd_holds = 0;
 }
 
-int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, struct dptp_err *err)
+int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, void (*made_dir)(void *ctx, const char *dir), void *ctx,
+	struct dptp_err *err)
 {
 	const char *tmp = getenv("TMPDIR");
 	pmix_info_t info[5];
@@ -995,9 +997,21 @@ int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, struct dptp_err *err)
 		s->tmpdir[0] = '\0';
 		return dptp_err_set(err, -e, "cannot create pmix tmpdir in '%s': %s", tmp, strerror(e));
 	}
-	snprintf(s->shmdir, sizeof(s->shmdir), "/dev/shm/dptp-run.XXXXXX");
-	if (!mkdtemp(s->shmdir))
-		s->shmdir[0] = '\0';
+	/* the caller learns of each folder before anything slow runs here
+	 * (PMIx_server_init takes milliseconds): a launcher SIGKILLed in
+	 * between left both behind, its guard not knowing them. The /dev/shm
+	 * folder takes the tmpdir's name where it can (mkdir never reuses an
+	 * existing one), so that the pair is recognisable. */
+	if (made_dir)
+		made_dir(ctx, s->tmpdir);
+	snprintf(s->shmdir, sizeof(s->shmdir), "/dev/shm/%s", strrchr(s->tmpdir, '/') + 1);
+	if (mkdir(s->shmdir, 0700) < 0) {
+		snprintf(s->shmdir, sizeof(s->shmdir), "/dev/shm/dptp-run.XXXXXX");
+		if (!mkdtemp(s->shmdir))
+			s->shmdir[0] = '\0';
+	}
+	if (made_dir && s->shmdir[0])
+		made_dir(ctx, s->shmdir);
 	if (pipe2(s->evpipe, O_CLOEXEC) < 0) {
 		int e = errno;
 		pmix_srv_finalize(s);

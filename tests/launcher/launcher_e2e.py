@@ -9,6 +9,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -386,6 +387,48 @@ def case_no_orphans():
             check(st == "Z", "a worker's child survived the job")
         except (ProcessLookupError, FileNotFoundError):
             pass
+
+
+def case_killed_in_start():
+    # a launcher SIGKILLed while its PMIx server starts leaves neither its
+    # private tmpdir nor its /dev/shm folder (they used to reach the guard
+    # only after PMIx_server_init: empty dptp-run.* folders stayed). The
+    # launcher is held there by hwloc, which reads the topology from a FIFO
+    # that nobody writes; the FIFO opens for writing once it is read.
+    with tempfile.TemporaryDirectory() as tmpdir:
+        fifo = os.path.join(tmpdir, "topology.xml")
+        os.mkfifo(fifo)
+        p = subprocess.Popen([RUN, "--nproc-per-node=1", "--no-python", "true"],
+                             env=base_env(TMPDIR=tmpdir, HWLOC_COMPONENTS="xml", HWLOC_XMLFILE=fifo),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        fd = -1
+        deadline = time.time() + 60
+        while fd < 0 and p.poll() is None and time.time() < deadline:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: not opened for reading yet
+                time.sleep(0.005)
+        if fd < 0:
+            p.kill()
+            p.wait()
+            print("SKIP: the PMIx server did not read its topology from HWLOC_XMLFILE")
+            sys.exit(77)
+        dirs = [x for x in os.listdir(tmpdir) if x.startswith("dptp-run.")]
+        shm = os.path.join("/dev/shm", dirs[0]) if len(dirs) == 1 else None
+        made = shm is not None and (os.path.isdir(shm) or not os.path.isdir("/dev/shm"))
+        p.kill()  # inside PMIx_server_init
+        p.wait()
+        os.close(fd)
+        check(len(dirs) == 1, "expected one private tmpdir, found %s" % dirs)
+        check(made, "no /dev/shm folder named as the tmpdir (%s)" % shm)
+        tmp = os.path.join(tmpdir, dirs[0])
+        deadline = time.time() + 10
+        while time.time() < deadline and (os.path.exists(tmp) or os.path.exists(shm)):
+            time.sleep(0.01)
+        left = [x for x in (tmp, shm) if os.path.exists(x)]
+        for x in left:  # not left behind by the test either
+            shutil.rmtree(x, ignore_errors=True)
+        check(not left, "a launcher SIGKILLed in its PMIx start left %s" % left)
 
 
 def case_session():
