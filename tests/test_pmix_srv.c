@@ -91,7 +91,7 @@ static int setup(void **state)
 	char *slash = strrchr(client_path, '/');
 	strcpy(slash + 1, "pmix_unit_client");
 	signal(SIGPIPE, SIG_IGN);
-	if (pmix_srv_init(&srv, 2, NULL, NULL, &err) < 0) {
+	if (pmix_srv_init(&srv, NULL, NULL, &err) < 0) {
 		fprintf(stderr, "pmix_srv_init: %s\n", err.msg);
 		return -1;
 	}

@@ -206,12 +206,11 @@ int __wrap_guard_start(struct guard *g)
 
 /* --- the PMIx server: up, and answering as told --- */
 
-int __wrap_pmix_srv_init(struct pmix_srv *s, unsigned nlocal, void (*made_dir)(void *ctx, const char *dir), void *ctx,
+int __wrap_pmix_srv_init(struct pmix_srv *s, void (*made_dir)(void *ctx, const char *dir), void *ctx,
 	struct dptp_err *err);
-int __wrap_pmix_srv_init(struct pmix_srv *s, unsigned nlocal, void (*made_dir)(void *ctx, const char *dir), void *ctx,
+int __wrap_pmix_srv_init(struct pmix_srv *s, void (*made_dir)(void *ctx, const char *dir), void *ctx,
 	struct dptp_err *err)
 {
-	(void)nlocal;
 	(void)made_dir;
 	(void)ctx;
 	(void)err;

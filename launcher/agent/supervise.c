@@ -933,7 +933,7 @@ int supervise_run(const struct run_opts *o)
 		fprintf(stderr, "dptp-run: warning: no worker guard (%s): a SIGKILLed launcher leaves its workers' children\n",
 			strerror(-rc));
 	dptp_hostname(j.hostname, sizeof(j.hostname));
-	if ((rc = pmix_srv_init(&j.srv, o->nproc, guard_dir, &j.guard, &err)) == -EINVAL) {
+	if ((rc = pmix_srv_init(&j.srv, guard_dir, &j.guard, &err)) == -EINVAL) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		status = 2;
 		goto out;

@@ -911,7 +911,11 @@ static int wait_ops(struct pmix_srv *s, unsigned count, double timeout, const ch
 	return wait_ops_tagged(s, count, NULL, false, timeout, what, err);
 }
 
-#define DS21_MIN_LOCAL 16
+/* ds21's metadata segment: one 24-byte entry a rank, so 64 KiB hold 2700
+ * ranks (more take another segment). OpenPMIx's default, 4 MiB, is zeroed
+ * page by page when the first client connects. Server and clients must
+ * agree on it: they read it from the environment (setup_fork). */
+#define DS_META_SEG_SIZE "65536"
 
 /* Whether an MCA selection list ("a,b", "^a") lets the hash store in. */
 static bool gds_has_hash(const char *list)
@@ -977,13 +981,13 @@ static void drop_fd_holds(struct pmix_srv *s)
 	s->nfd_holds = 0;
 }
 
-int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, void (*made_dir)(void *ctx, const char *dir), void *ctx,
+int pmix_srv_init(struct pmix_srv *s, void (*made_dir)(void *ctx, const char *dir), void *ctx,
 	struct dptp_err *err)
 {
 	const char *tmp = getenv("TMPDIR");
-	pmix_info_t info[5];
+	pmix_info_t info[6];
 	size_t ninfo = 0;
-	bool no = false, hwloc_env = false, gds_env = false;
+	bool no = false, hwloc_env = false, gds_env = false, meta_env = false;
 	const char *gds;
 	pmix_status_t rc;
 
@@ -1028,16 +1032,19 @@ int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, void (*made_dir)(void *ct
 		setenv("HWLOC_PLUGINS_PATH", s->tmpdir, 1);
 		hwloc_env = true;
 	}
-	/* job data in the shared-memory datastore (ds21) for jobs of
-	 * DS21_MIN_LOCAL local processes or more: a client's get of a peer's
-	 * fenced data reads shared memory instead of a round trip through the
-	 * hash store (4x faster at 32 ranks, as under mpirun). Its two 4 MiB
-	 * segments are zeroed page by page when the job registers (about 25
-	 * ms here, where a page fault costs ~12 us), more than the gets of a
-	 * small job save: below that size the hash store alone. The hash
-	 * store stays for each process's own data, which the shared-memory
-	 * stores cannot hold. Clients learn the choice from PMIX_GDS_MODULE
-	 * (setup_fork). */
+	/* job data in the shared-memory datastore (ds21), as mpirun: a
+	 * client's get of a peer's fenced data reads shared memory instead of
+	 * a round trip through the server's hash store, which costs 8-19x as
+	 * much (bench/pmix.py, 4 ranks on 2 cores: get-all 0.024 s against
+	 * 0.003 s over 20 rounds; mpirun 0.008 s). The hash store stays for
+	 * each process's own data, which the shared-memory stores cannot
+	 * hold. Clients learn the choice from PMIX_GDS_MODULE (setup_fork). The segments are
+	 * zeroed page by page when the first client connects: they lie in the
+	 * private /dev/shm folder (tmpfs; the tmpdir may be on a disk, whose
+	 * mapped pages cost more to touch, ~40 %, and are written back) and
+	 * the metadata segment is 64 KiB instead of 4 MiB. The data segment
+	 * keeps OpenPMIx's 4 MiB: a single value must fit in one (a larger
+	 * one crashes OpenPMIx's store in the server, under mpirun too). */
 	if ((gds = getenv("PMIX_MCA_gds")) && *gds && !gds_has_hash(gds)) {
 		int e = -EINVAL;
 		dptp_err_set(err, e, "PMIX_MCA_gds='%s' leaves out 'hash', which every PMIx process needs for its own data "
@@ -1046,8 +1053,17 @@ int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, void (*made_dir)(void *ct
 		return e;
 	}
 	if (!gds || !*gds) {
-		setenv("PMIX_MCA_gds", nlocal >= DS21_MIN_LOCAL ? "ds21,hash" : "hash", 1);
+		setenv("PMIX_MCA_gds", "ds21,hash", 1);
 		gds_env = true;
+	}
+	if (!getenv("NS_META_SEG_SIZE")) {
+		setenv("NS_META_SEG_SIZE", DS_META_SEG_SIZE, 1);
+		meta_env = true;
+	}
+	if (s->shmdir[0]) {
+		/* PMIX_DSTPATH (deprecated in 4.x, still the store's own key) */
+		PMIX_INFO_LOAD(&info[ninfo], "pmix.dstpath", s->shmdir, PMIX_STRING);
+		ninfo++;
 	}
 	PMIX_INFO_LOAD(&info[ninfo], PMIX_SERVER_TMPDIR, s->tmpdir, PMIX_STRING);
 	ninfo++;
@@ -1066,6 +1082,8 @@ int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, void (*made_dir)(void *ct
 	}
 	if (gds_env)
 		unsetenv("PMIX_MCA_gds");
+	if (meta_env)
+		unsetenv("NS_META_SEG_SIZE");
 	for (size_t i = 0; i < ninfo; i++)
 		PMIX_INFO_DESTRUCT(&info[i]);
 	if (rc != PMIX_SUCCESS) {
@@ -1328,7 +1346,8 @@ int pmix_srv_setup_fork(struct pmix_srv *s, unsigned rank, char ***env, struct d
 	 * failed connection into an MPI_Init error instead of a silent
 	 * one-process world. A user's own settings stay. Open MPI 5 has no
 	 * schizo in the application: it asks PMIx_Init first. */
-	if (env_add(env, "OMPI_MCA_schizo", "^orte") < 0 || env_add(env, "OMPI_MCA_ess", "^singleton") < 0)
+	if (env_add(env, "OMPI_MCA_schizo", "^orte") < 0 || env_add(env, "OMPI_MCA_ess", "^singleton") < 0 ||
+	    env_add(env, "NS_META_SEG_SIZE", getenv("NS_META_SEG_SIZE") ? getenv("NS_META_SEG_SIZE") : DS_META_SEG_SIZE) < 0)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
 	/* what else mpirun tells its processes: the OMPI_COMM_WORLD_* and
 	 * universe variables (theirs, replacing an outer job's), yielding

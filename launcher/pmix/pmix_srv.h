@@ -97,13 +97,12 @@ struct pmix_srv_sink {
 };
 
 /* Creates the private tmpdir and /dev/shm folder (0700) and starts the
- * server for a job of nlocal processes on this node (it picks the
- * datastore). made_dir (may be NULL) is called with each folder as soon as
- * it exists, before the server starts: a launcher killed meanwhile has its
- * guard remove them. Returns 0 or a negative errno with err set; -EINVAL:
- * the user's PMIx settings cannot work (a usage error, not a missing
- * server). */
-int pmix_srv_init(struct pmix_srv *s, unsigned nlocal, void (*made_dir)(void *ctx, const char *dir), void *ctx,
+ * server (it picks the datastore). made_dir (may be NULL) is called with
+ * each folder as soon as it exists, before the server starts: a launcher
+ * killed meanwhile has its guard remove them. Returns 0 or a negative
+ * errno with err set; -EINVAL: the user's PMIx settings cannot work (a
+ * usage error, not a missing server). */
+int pmix_srv_init(struct pmix_srv *s, void (*made_dir)(void *ctx, const char *dir), void *ctx,
 	struct dptp_err *err);
 /* Registers nspace with the job and every local client (ranks base..base+n-1
  * of world), waiting (bounded) until all registrations completed. nodes
