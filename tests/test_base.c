@@ -183,6 +183,69 @@ static void test_utf8_invalid_len(void **state)
 	}
 }
 
+/* JSON texts, then json.loads(t, strict=False) encoded as UTF-8 with each
+ * lone surrogate as U+FFFD, and with errors="surrogatepass"; NULL where
+ * json.loads raises. */
+static const struct {
+	const char *in, *fffd;
+	size_t nfffd;
+	const char *pass;
+	size_t npass;
+} loads[] = {
+	{"\x22\x22", "", 0, "", 0},
+	{"\x22\x70\x6c\x61\x69\x6e\x22", "\x70\x6c\x61\x69\x6e", 5, "\x70\x6c\x61\x69\x6e", 5},
+	{"\x22\x71\x5c\x22\x62\x5c\x5c\x73\x5c\x2f\x22", "\x71\x22\x62\x5c\x73\x2f", 6, "\x71\x22\x62\x5c\x73\x2f", 6},
+	{"\x22\x5c\x62\x5c\x66\x5c\x6e\x5c\x72\x5c\x74\x22", "\x08\x0c\x0a\x0d\x09", 5, "\x08\x0c\x0a\x0d\x09", 5},
+	{"\x22\x5c\x75\x30\x30\x65\x39\x5c\x75\x30\x30\x45\x39\x22", "\xc3\xa9\xc3\xa9", 4, "\xc3\xa9\xc3\xa9", 4},
+	{"\x22\x5c\x75\x32\x30\x61\x63\x22", "\xe2\x82\xac", 3, "\xe2\x82\xac", 3},
+	{"\x22\x5c\x75\x64\x38\x33\x64\x5c\x75\x64\x65\x30\x30\x22", "\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80", 4},
+	{"\x22\x5c\x75\x44\x38\x33\x44\x5c\x75\x44\x45\x30\x30\x22", "\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80", 4},
+	{"\x22\x5c\x75\x64\x38\x30\x30\x22", "\xef\xbf\xbd", 3, "\xed\xa0\x80", 3},
+	{"\x22\x5c\x75\x64\x63\x30\x30\x78\x22", "\xef\xbf\xbd\x78", 4, "\xed\xb0\x80\x78", 4},
+	{"\x22\x5c\x75\x64\x38\x30\x30\x5c\x75\x30\x30\x34\x31\x22", "\xef\xbf\xbd\x41", 4, "\xed\xa0\x80\x41", 4},
+	{"\x22\x5c\x75\x64\x38\x30\x30\x5c\x75\x64\x38\x30\x30\x5c\x75\x64\x63\x30\x30\x22", "\xef\xbf\xbd\xf0\x90\x80\x80", 7, "\xed\xa0\x80\xf0\x90\x80\x80", 7},
+	{"\x22\x5c\x75\x30\x30\x30\x30\x22", "\x00", 1, "\x00", 1},
+	{"\x22\x72\x61\x77\x01\x74\x61\x62\x09\x22", "\x72\x61\x77\x01\x74\x61\x62\x09", 8, "\x72\x61\x77\x01\x74\x61\x62\x09", 8},
+	{"\x22\x63\x61\x66\xc3\xa9\x20\x72\x61\x77\x22", "\x63\x61\x66\xc3\xa9\x20\x72\x61\x77", 9, "\x63\x61\x66\xc3\xa9\x20\x72\x61\x77", 9},
+	{"\x22\x5c\x78\x22", NULL, 0, NULL, 0},
+	{"\x22\x5c\x75\x31\x32\x22", NULL, 0, NULL, 0},
+	{"\x22\x5c\x75\x31\x32\x67\x34\x22", NULL, 0, NULL, 0},
+	{"\x22\x6f\x70\x65\x6e", NULL, 0, NULL, 0},
+	{"\x22\x74\x72\x61\x69\x6c\x5c\x22", NULL, 0, NULL, 0},
+	{"\x22\x5c\x61\x22", NULL, 0, NULL, 0},
+};
+
+static void test_json_read_str(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(loads) / sizeof(loads[0]); i++) {
+		const char *in = loads[i].in, *end = in + strlen(in);
+		for (int pass = 0; pass < 2; pass++) {
+			struct dptp_buf b = {0};
+			const char *want = pass ? loads[i].pass : loads[i].fffd;
+			size_t nwant = pass ? loads[i].npass : loads[i].nfffd;
+			const char *q = dptp_json_read_str(in, end, &b, pass ? DPTP_JSON_SURROGATEPASS : 0);
+			if (!want) {
+				assert_null(q);
+			} else {
+				assert_ptr_equal(q, end);
+				assert_int_equal(b.len, nwant);
+				if (nwant)
+					assert_memory_equal(b.buf, want, nwant);
+			}
+			dptp_buf_release(&b);
+		}
+	}
+	/* what follows the string is left to the caller */
+	const char two[] = "\"a\", \"b\"";
+	struct dptp_buf b = {0};
+	assert_ptr_equal(dptp_json_read_str(two, two + sizeof(two) - 1, &b, 0), two + 3);
+	assert_string_equal((char *)b.buf, "a");
+	dptp_buf_release(&b);
+	static const char x[] = "x";
+	assert_null(dptp_json_read_str(x, x + 1, &b, 0));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -192,6 +255,7 @@ int main(void)
 		cmocka_unit_test(test_json_str),
 		cmocka_unit_test(test_json_cp),
 		cmocka_unit_test(test_utf8_invalid_len),
+		cmocka_unit_test(test_json_read_str),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "report/report.h"
 
 /* ---- a minimal JSON reader: enough for error.json ---- */
@@ -28,84 +29,18 @@ static const char *ws(const char *p)
 	return p;
 }
 
-static void put_utf8(char **o, unsigned cp)
-{
-	char *q = *o;
-	if (cp < 0x80) {
-		*q++ = (char)cp;
-	} else if (cp < 0x800) {
-		*q++ = (char)(0xc0 | (cp >> 6));
-		*q++ = (char)(0x80 | (cp & 0x3f));
-	} else if (cp < 0x10000) {
-		*q++ = (char)(0xe0 | (cp >> 12));
-		*q++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-		*q++ = (char)(0x80 | (cp & 0x3f));
-	} else {
-		*q++ = (char)(0xf0 | (cp >> 18));
-		*q++ = (char)(0x80 | ((cp >> 12) & 0x3f));
-		*q++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-		*q++ = (char)(0x80 | (cp & 0x3f));
-	}
-	*o = q;
-}
-
+/* The string at p as json.loads reads it (base/json.h; a lone surrogate
+ * as its own bytes), malloc'd into *out; the byte after it, or NULL. */
 static const char *parse_str(const char *p, char **out)
 {
-	const char *q = p + 1;
-	size_t cap = 0;
-	char *s, *o;
-	for (const char *c = q; *c && *c != '"'; c++, cap++)
-		if (*c == '\\' && c[1])
-			c++;
-	s = o = malloc(cap * 4 + 1);
-	if (!s)
-		return NULL;
-	while (*q && *q != '"') {
-		if (*q != '\\') {
-			*o++ = *q++;
-			continue;
-		}
-		q++;
-		switch (*q) {
-		case 'n': *o++ = '\n'; break;
-		case 't': *o++ = '\t'; break;
-		case 'r': *o++ = '\r'; break;
-		case 'b': *o++ = '\b'; break;
-		case 'f': *o++ = '\f'; break;
-		case 'u': {
-			unsigned cp = 0;
-			for (int i = 1; i <= 4; i++) {
-				if (!isxdigit((unsigned char)q[i])) {
-					free(s);
-					return NULL;
-				}
-				cp = cp * 16 + (unsigned)(isdigit((unsigned char)q[i]) ? q[i] - '0' : (tolower((unsigned char)q[i]) - 'a' + 10));
-			}
-			q += 4;
-			if (cp >= 0xd800 && cp < 0xdc00 && q[1] == '\\' && q[2] == 'u') {
-				unsigned lo = (unsigned)strtoul((char[5]){q[3], q[4], q[5], q[6], 0}, NULL, 16);
-				if (lo >= 0xdc00 && lo < 0xe000) {
-					cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-					q += 6;
-				}
-			}
-			put_utf8(&o, cp);
-			break;
-		}
-		case '\0':
-			free(s);
-			return NULL;
-		default: *o++ = *q; break;
-		}
-		q++;
-	}
-	if (*q != '"') {
-		free(s);
-		return NULL;
-	}
-	*o = '\0';
-	*out = s;
-	return q + 1;
+	const char *e = p + 1;
+	while (*e && *e != '"')
+		e += *e == '\\' && e[1] ? 2 : 1;
+	struct dptp_buf b = {0};
+	const char *q = dptp_json_read_str(p, e + (*e == '"'), &b, DPTP_JSON_SURROGATEPASS);
+	*out = q ? dptp_buf_detach(&b, NULL) : NULL;
+	dptp_buf_release(&b);
+	return *out ? q : NULL;
 }
 
 static const char *skip_value(const char *p);

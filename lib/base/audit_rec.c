@@ -1,6 +1,8 @@
 /* The audit's record format: the parser (see audit_rec.h). */
 #include "base/audit_rec.h"
 
+#include "base/json.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@ struct cursor {
 	const char *p, *end;
 	char *out;       /* next free byte of r->buf */
 	int64_t *aout;   /* next free element of r->arr */
+	struct dptp_buf tmp; /* a string being read */
 };
 
 static void skip_ws(struct cursor *c)
@@ -17,75 +20,22 @@ static void skip_ws(struct cursor *c)
 		c->p++;
 }
 
-static int hexval(char h)
-{
-	if (h >= '0' && h <= '9')
-		return h - '0';
-	if (h >= 'a' && h <= 'f')
-		return h - 'a' + 10;
-	if (h >= 'A' && h <= 'F')
-		return h - 'A' + 10;
-	return -1;
-}
-
-/* A JSON string at c->p (after its opening quote was checked), unescaped
- * into c->out; \uXXXX as UTF-8 (surrogates as U+FFFD). */
+/* A JSON string at c->p (after its opening quote was checked), read as
+ * json.loads reads it (base/json.h; a lone surrogate as U+FFFD) and copied
+ * into c->out. */
 static int parse_string(struct cursor *c, const char **s, size_t *n)
 {
-	char *o = c->out;
-	c->p++;
-	*s = o;
-	while (c->p < c->end && *c->p != '"') {
-		unsigned char ch = (unsigned char)*c->p++;
-		if (ch != '\\') {
-			*o++ = (char)ch;
-			continue;
-		}
-		if (c->p >= c->end)
-			return -EINVAL;
-		ch = (unsigned char)*c->p++;
-		switch (ch) {
-		case 'n': *o++ = '\n'; break;
-		case 't': *o++ = '\t'; break;
-		case 'r': *o++ = '\r'; break;
-		case 'b': *o++ = '\b'; break;
-		case 'f': *o++ = '\f'; break;
-		case '"': case '\\': case '/': *o++ = (char)ch; break;
-		case 'u': {
-			unsigned v = 0;
-			if (c->end - c->p < 4)
-				return -EINVAL;
-			for (int k = 0; k < 4; k++) {
-				int h = hexval(c->p[k]);
-				if (h < 0)
-					return -EINVAL;
-				v = v << 4 | (unsigned)h;
-			}
-			c->p += 4;
-			if (v >= 0xd800 && v < 0xe000)
-				v = 0xfffd;
-			if (v < 0x80) {
-				*o++ = (char)v;
-			} else if (v < 0x800) {
-				*o++ = (char)(0xc0 | v >> 6);
-				*o++ = (char)(0x80 | (v & 0x3f));
-			} else {
-				*o++ = (char)(0xe0 | v >> 12);
-				*o++ = (char)(0x80 | ((v >> 6) & 0x3f));
-				*o++ = (char)(0x80 | (v & 0x3f));
-			}
-			break;
-		}
-		default:
-			return -EINVAL;
-		}
-	}
-	if (c->p >= c->end)
+	c->tmp.len = 0;
+	const char *q = dptp_json_read_str(c->p, c->end, &c->tmp, 0);
+	if (!q)
 		return -EINVAL;
-	c->p++;
-	*n = (size_t)(o - *s);
-	*o++ = '\0';
-	c->out = o;
+	c->p = q;
+	*s = c->out;
+	*n = c->tmp.len;
+	if (*n)
+		memcpy(c->out, c->tmp.buf, *n);
+	c->out[*n] = '\0';
+	c->out += *n + 1;
 	return 0;
 }
 
@@ -183,6 +133,44 @@ static int parse_value(struct cursor *c, struct dptp_audit_field *f)
 	}
 }
 
+/* The record at c (a whole line) into r. */
+static int parse_record(struct cursor *c, struct dptp_audit_rec *r)
+{
+	skip_ws(c);
+	if (c->p >= c->end || *c->p++ != '{')
+		return -EINVAL;
+	skip_ws(c);
+	if (c->p < c->end && *c->p == '}')
+		return 0;
+	for (;;) {
+		struct dptp_audit_field *f;
+		size_t klen;
+		if (r->nfields == DPTP_AUDIT_MAX_FIELDS)
+			return -EINVAL;
+		f = &r->f[r->nfields];
+		skip_ws(c);
+		if (c->p >= c->end || *c->p != '"' || parse_string(c, &f->key, &klen) < 0)
+			return -EINVAL;
+		skip_ws(c);
+		if (c->p >= c->end || *c->p++ != ':')
+			return -EINVAL;
+		if (parse_value(c, f) < 0)
+			return -EINVAL;
+		r->nfields++;
+		skip_ws(c);
+		if (c->p < c->end && *c->p == ',') {
+			c->p++;
+			continue;
+		}
+		if (c->p < c->end && *c->p == '}')
+			break;
+		return -EINVAL;
+	}
+	c->p++;
+	skip_ws(c);
+	return c->p == c->end ? 0 : -EINVAL;
+}
+
 int dptp_audit_rec_parse(const char *line, size_t len, struct dptp_audit_rec *r)
 {
 	memset(r, 0, sizeof(*r));
@@ -193,39 +181,9 @@ int dptp_audit_rec_parse(const char *line, size_t len, struct dptp_audit_rec *r)
 	if (!r->buf || !r->arr)
 		return -ENOMEM;
 	struct cursor c = {.p = line, .end = line + len, .out = r->buf, .aout = r->arr};
-	skip_ws(&c);
-	if (c.p >= c.end || *c.p++ != '{')
-		return -EINVAL;
-	skip_ws(&c);
-	if (c.p < c.end && *c.p == '}')
-		return 0;
-	for (;;) {
-		struct dptp_audit_field *f;
-		size_t klen;
-		if (r->nfields == DPTP_AUDIT_MAX_FIELDS)
-			return -EINVAL;
-		f = &r->f[r->nfields];
-		skip_ws(&c);
-		if (c.p >= c.end || *c.p != '"' || parse_string(&c, &f->key, &klen) < 0)
-			return -EINVAL;
-		skip_ws(&c);
-		if (c.p >= c.end || *c.p++ != ':')
-			return -EINVAL;
-		if (parse_value(&c, f) < 0)
-			return -EINVAL;
-		r->nfields++;
-		skip_ws(&c);
-		if (c.p < c.end && *c.p == ',') {
-			c.p++;
-			continue;
-		}
-		if (c.p < c.end && *c.p == '}')
-			break;
-		return -EINVAL;
-	}
-	c.p++;
-	skip_ws(&c);
-	return c.p == c.end ? 0 : -EINVAL;
+	int rc = parse_record(&c, r);
+	dptp_buf_release(&c.tmp);
+	return rc;
 }
 
 void dptp_audit_rec_release(struct dptp_audit_rec *r)

@@ -15,11 +15,21 @@
 
 #include "base/buf.h"
 
-enum { DPTP_JSON_REPLACE = 1 << 0 };
+enum { DPTP_JSON_REPLACE = 1 << 0, DPTP_JSON_SURROGATEPASS = 1 << 1 };
 
 /* One code point (a lone surrogate included) inside a string. */
 void dptp_json_cp(struct dptp_buf *b, uint32_t cp);
 /* n bytes of s decoded (see above), quoted. */
 void dptp_json_str(struct dptp_buf *b, const char *s, size_t n, unsigned flags);
+
+/* The JSON string at p (p < end, *p == '"') as json.loads reads it, its
+ * value appended to out in UTF-8: the escapes \" \\ \/ \b \f \n \r \t and
+ * \uXXXX (either case), a \u surrogate pair as one code point, a lone
+ * surrogate as U+FFFD or, with DPTP_JSON_SURROGATEPASS, as its own three
+ * bytes (errors="surrogatepass"). Other bytes are copied as they are
+ * (control bytes too: json.loads(strict=False)). Returns the byte after
+ * the closing quote; NULL for an unknown escape, a bad \u, a missing
+ * closing quote, or out of memory. */
+const char *dptp_json_read_str(const char *p, const char *end, struct dptp_buf *out, unsigned flags);
 
 #endif
