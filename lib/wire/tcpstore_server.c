@@ -834,241 +834,345 @@ static int set_watched(struct dptp_tcpstore_server *s, struct conn *c, const uin
 	return rc;
 }
 
+/* ---- one function per opcode -------------------------------------------------
+ * Each answers one complete frame f of flen bytes (f[0] is the opcode byte
+ * as the wire has it) on a validated connection. Returns 0, or <0 to close
+ * the connection. */
+
+/* The frame's first string, after its opcode: the key of most queries. */
+static const uint8_t *frame_key(const uint8_t *f, size_t *kl)
+{
+	struct rd r = {.p = f, .off = 1};
+	return rd_str(&r, kl);
+}
+
+/* A frame of a key and a value (SET, APPEND, QUEUE_PUSH). */
+static void frame_kv(const uint8_t *f, const uint8_t **k, size_t *kl, const uint8_t **v, size_t *vl)
+{
+	struct rd r = {.p = f, .off = 1};
+	*k = rd_str(&r, kl);
+	*v = rd_str(&r, vl);
+}
+
+static int op_ping(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	out_bytes(s, c, f + 1, 4);
+	return 0;
+}
+
+static int op_set(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	size_t kl, vl;
+	const uint8_t *k, *v;
+	frame_kv(f, &k, &kl, &v, &vl);
+	DPTP_TRY(set_watched(s, c, k, kl, v, vl));
+	wake_key(s, k, kl, false);
+	return 0;
+}
+
+static int op_watch_key(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	size_t kl;
+	const uint8_t *k = frame_key(f, &kl);
+	return watch_add(s, c, k, kl);
+}
+
+static int op_compare_set(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	struct rd r = {.p = f, .off = 1};
+	size_t kl, el, vl;
+	const uint8_t *k = rd_str(&r, &kl);
+	const uint8_t *ev = rd_str(&r, &el);
+	const uint8_t *v = rd_str(&r, &vl);
+	struct entry *e = map_find(&s->kv, k, kl);
+	if (!e) {
+		if (el == 0) {
+			DPTP_TRY(set_watched(s, c, k, kl, v, vl));
+			out_str(s, c, v, vl);
+		} else {
+			out_str(s, c, ev, el);
+		}
+	} else {
+		if (e->vlen == el && memcmp(e->val, ev, el) == 0)
+			DPTP_TRY(set_watched(s, c, k, kl, v, vl));
+		out_str(s, c, e->val, e->vlen);
+	}
+	wake_key(s, k, kl, false);
+	return 0;
+}
+
+static int op_get(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	size_t kl;
+	const uint8_t *k = frame_key(f, &kl);
+	struct entry *e = map_find(&s->kv, k, kl);
+	out_str(s, c, e ? e->val : NULL, e ? e->vlen : 0);
+	return 0;
+}
+
+static int op_add(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	struct rd r = {.p = f, .off = 1};
+	size_t kl;
+	const uint8_t *k = rd_str(&r, &kl);
+	int64_t delta = (int64_t)rd_u64(&r), old = 0, sum;
+	struct entry *e = map_find(&s->kv, k, kl);
+	if (e && parse_i64(e->val, e->vlen, &old) < 0)
+		return -EINVAL; /* torch's stoll throws and the client is dropped */
+	if (__builtin_add_overflow(old, delta, &sum))
+		return -ERANGE;
+	char num[24];
+	int nl = snprintf(num, sizeof(num), "%" PRId64, sum);
+	DPTP_TRY(set_watched(s, c, k, kl, (const uint8_t *)num, (size_t)nl));
+	out_u64(s, c, (uint64_t)sum);
+	wake_key(s, k, kl, false);
+	return 0;
+}
+
+static int op_check(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	out_u8(s, c, keys_present(s, f + 1) ? DPTP_TCPSTORE_READY : DPTP_TCPSTORE_NOT_READY);
+	return 0;
+}
+
+/* Keeps a copy of the key list (list, n bytes), files c under its first
+ * missing key and queues c last among the waiters. */
+static int wait_begin(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *list, size_t n)
+{
+	/* the copy, and the waiter index entry of its longest key */
+	size_t cost = heap_cost(n) + entry_cost(n);
+	if (conn_bytes(c) + cost > s->max_client_bytes || !buf_take(s, c, cost, "a WAIT"))
+		return -ENOBUFS;
+	c->wait = malloc(n);
+	if (!c->wait) {
+		buf_release(s, c, cost);
+		return -ENOMEM;
+	}
+	memcpy(c->wait, list, n);
+	c->waitlen = n;
+	c->wcost = cost;
+	c->waiting = true;
+	struct rd wr = {.p = c->wait};
+	c->wleft = rd_u64(&wr);
+	c->woff = wr.off;
+	index_file(s, c); /* some key is missing: filed under the first */
+	c->wprev = s->wtail;
+	c->wnext = NULL;
+	if (s->wtail)
+		s->wtail->wnext = c;
+	else
+		s->whead = c;
+	s->wtail = c;
+	return 0;
+}
+
+static int op_wait(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	waiter_unlink(s, c); /* a new WAIT replaces an unanswered one */
+	if (keys_present(s, f + 1)) {
+		out_u8(s, c, DPTP_TCPSTORE_STOP_WAITING);
+		return 0;
+	}
+	return wait_begin(s, c, f + 1, flen - 1);
+}
+
+static int op_getnumkeys(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	out_u64(s, c, (uint64_t)s->kv.n);
+	return 0;
+}
+
+static int op_delete_key(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	size_t kl;
+	const uint8_t *k = frame_key(f, &kl);
+	struct change ch;
+	DPTP_TRY(change_begin(s, k, kl, &ch));
+	struct entry *d = map_find(&s->kv, k, kl);
+	if (d)
+		release(s, d->owner, d->cost);
+	bool gone = map_del(&s->kv, k, kl);
+	change_end(s, &ch, gone);
+	out_u64(s, c, gone ? 1 : 0);
+	return 0;
+}
+
+static int op_append(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	size_t kl, vl;
+	const uint8_t *k, *v;
+	frame_kv(f, &k, &kl, &v, &vl);
+	struct entry *e = map_find(&s->kv, k, kl);
+	const struct entry *w = s->watches.n ? map_find(&s->watches, k, kl) : NULL;
+	if (e && e->vlen + vl > 4 * (size_t)s->lim.max_value)
+		return -EMSGSIZE; /* keep appends from growing a value without bound */
+	bool existed = e != NULL;
+	DPTP_TRY(kv_write(s, c, k, kl, v, vl, true, "an APPEND"));
+	if (w) /* as torch 2.1's nightlies did: the appended bytes only */
+		watch_send(s, w, existed ? DPTP_TCPSTORE_KEY_APPENDED : DPTP_TCPSTORE_KEY_CREATED, NULL, 0, v, vl);
+	wake_key(s, k, kl, false);
+	return 0;
+}
+
+static int op_multi_get(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	struct rd r = {.p = f, .off = 1};
+	uint64_t n = rd_u64(&r);
+	for (uint64_t i = 0; i < n && !c->dead; i++) {
+		size_t kl;
+		const uint8_t *k = rd_str(&r, &kl);
+		struct entry *e = map_find(&s->kv, k, kl);
+		out_str(s, c, e ? e->val : NULL, e ? e->vlen : 0);
+	}
+	return 0;
+}
+
+static int op_multi_set(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	struct rd r = {.p = f, .off = 1};
+	uint64_t n = rd_u64(&r);
+	for (uint64_t i = 0; i < n; i++) {
+		size_t kl, vl;
+		const uint8_t *k = rd_str(&r, &kl);
+		const uint8_t *v = rd_str(&r, &vl);
+		DPTP_TRY(set_watched(s, c, k, kl, v, vl));
+		wake_key(s, k, kl, false);
+	}
+	return 0;
+}
+
+static int op_cancel_wait(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	waiter_unlink(s, c);
+	out_u8(s, c, DPTP_TCPSTORE_WAIT_CANCELED);
+	return 0;
+}
+
+static int op_queue_push(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	size_t kl, vl;
+	const uint8_t *k, *v;
+	frame_kv(f, &k, &kl, &v, &vl);
+	/* the item, and the queue's own entry when it is new */
+	struct entry *q = map_find(&s->queues, k, kl);
+	size_t icost = heap_cost(sizeof(struct qitem) + vl), qcost = q ? 0 : entry_cost(kl);
+	if (over_budget(s, c->peer, icost + qcost, "a QUEUE_PUSH"))
+		return -ENOSPC;
+	if (!q && !(q = map_get(&s->queues, k, kl)))
+		return -ENOMEM;
+	struct qitem *it = malloc(sizeof(*it) + vl);
+	if (!it) {
+		if (!q->qlen)
+			map_del(&s->queues, k, kl);
+		return -ENOMEM;
+	}
+	if (qcost)
+		recharge(s, &q->owner, &q->cost, c->peer, qcost);
+	charge(s, c->peer, icost);
+	it->owner = c->peer;
+	it->next = NULL;
+	it->len = vl;
+	memcpy(it->data, v, vl);
+	if (q->qtail)
+		q->qtail->next = it;
+	else
+		q->qhead = it;
+	q->qtail = it;
+	q->qlen++;
+	wake_key(s, k, kl, true);
+	return 0;
+}
+
+static int op_queue_pop(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	size_t kl;
+	const uint8_t *k = frame_key(f, &kl);
+	struct entry *q = map_find(&s->queues, k, kl);
+	if (!q || !q->qlen) {
+		out_u64(s, c, 0);
+		return 0;
+	}
+	out_u64(s, c, q->qlen); /* torch replies the length before the pop */
+	struct qitem *it = q->qhead;
+	out_str(s, c, it->data, it->len);
+	q->qhead = it->next;
+	if (!q->qhead)
+		q->qtail = NULL;
+	q->qlen--;
+	release(s, it->owner, heap_cost(sizeof(*it) + it->len));
+	free(it);
+	if (!q->qlen) {
+		release(s, q->owner, q->cost);
+		map_del(&s->queues, k, kl);
+	}
+	return 0;
+}
+
+static int op_queue_len(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	size_t kl;
+	const uint8_t *k = frame_key(f, &kl);
+	struct entry *q = map_find(&s->queues, k, kl);
+	out_u64(s, c, q ? q->qlen : 0);
+	return 0;
+}
+
+static int op_list_keys(struct dptp_tcpstore_server *s, struct conn *c, const uint8_t *f, size_t flen)
+{
+	struct entry **all = malloc((s->kv.n ? s->kv.n : 1) * sizeof(*all));
+	if (!all)
+		return -ENOMEM;
+	size_t n = 0;
+	for (size_t i = 0; i < s->kv.nb; i++)
+		for (struct entry *e = s->kv.b[i]; e; e = e->next)
+			all[n++] = e;
+	qsort(all, n, sizeof(*all), cmp_keys);
+	out_u64(s, c, n);
+	for (size_t i = 0; i < n && !c->dead; i++)
+		out_str(s, c, all[i]->key, all[i]->klen);
+	free(all);
+	return 0;
+}
+
+/* The opcodes a validated connection may send, in the current numbering
+ * (WATCH_KEY, legacy only, just past it). VALIDATE has no entry: sent
+ * again it closes the connection, as an opcode out of the table does. */
+static int (*const op_handlers[DPTP_TCPSTORE_WATCH_KEY + 1])(struct dptp_tcpstore_server *s, struct conn *c,
+							   const uint8_t *f, size_t flen) = {
+	[DPTP_TCPSTORE_SET] = op_set,
+	[DPTP_TCPSTORE_COMPARE_SET] = op_compare_set,
+	[DPTP_TCPSTORE_GET] = op_get,
+	[DPTP_TCPSTORE_ADD] = op_add,
+	[DPTP_TCPSTORE_CHECK] = op_check,
+	[DPTP_TCPSTORE_WAIT] = op_wait,
+	[DPTP_TCPSTORE_GETNUMKEYS] = op_getnumkeys,
+	[DPTP_TCPSTORE_DELETE_KEY] = op_delete_key,
+	[DPTP_TCPSTORE_APPEND] = op_append,
+	[DPTP_TCPSTORE_MULTI_GET] = op_multi_get,
+	[DPTP_TCPSTORE_MULTI_SET] = op_multi_set,
+	[DPTP_TCPSTORE_CANCEL_WAIT] = op_cancel_wait,
+	[DPTP_TCPSTORE_PING] = op_ping,
+	[DPTP_TCPSTORE_QUEUE_PUSH] = op_queue_push,
+	[DPTP_TCPSTORE_QUEUE_POP] = op_queue_pop,
+	[DPTP_TCPSTORE_QUEUE_LEN] = op_queue_len,
+	[DPTP_TCPSTORE_LIST_KEYS] = op_list_keys,
+	[DPTP_TCPSTORE_WATCH_KEY] = op_watch_key,
+};
+
 /* Handles one complete frame whose opcode, in the current numbering, is op
  * (the wire's byte at f[0] may be a legacy one). Returns 0, or <0 to close
  * the connection. */
 static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const uint8_t *f, size_t flen)
 {
-	struct rd r = {.p = f, .off = 1};
-	size_t kl, vl, el;
-	const uint8_t *k, *v, *ev;
-	struct change ch;
-
 	if (!c->validated) {
 		if (op != DPTP_TCPSTORE_VALIDATE)
 			return -EPROTO; /* torch's libuv server accepts only VALIDATE first */
 		c->validated = true; /* the scanner checked the magic */
 		return 0;
 	}
-	switch (op) {
-	case DPTP_TCPSTORE_PING:
-		out_bytes(s, c, f + 1, 4);
-		return 0;
-	case DPTP_TCPSTORE_SET:
-		k = rd_str(&r, &kl);
-		v = rd_str(&r, &vl);
-		DPTP_TRY(set_watched(s, c, k, kl, v, vl));
-		wake_key(s, k, kl, false);
-		return 0;
-	case DPTP_TCPSTORE_WATCH_KEY:
-		k = rd_str(&r, &kl);
-		return watch_add(s, c, k, kl);
-	case DPTP_TCPSTORE_COMPARE_SET: {
-		k = rd_str(&r, &kl);
-		ev = rd_str(&r, &el);
-		v = rd_str(&r, &vl);
-		struct entry *e = map_find(&s->kv, k, kl);
-		if (!e) {
-			if (el == 0) {
-				DPTP_TRY(set_watched(s, c, k, kl, v, vl));
-				out_str(s, c, v, vl);
-			} else {
-				out_str(s, c, ev, el);
-			}
-		} else {
-			if (e->vlen == el && memcmp(e->val, ev, el) == 0)
-				DPTP_TRY(set_watched(s, c, k, kl, v, vl));
-			out_str(s, c, e->val, e->vlen);
-		}
-		wake_key(s, k, kl, false);
-		return 0;
-	}
-	case DPTP_TCPSTORE_GET: {
-		k = rd_str(&r, &kl);
-		struct entry *e = map_find(&s->kv, k, kl);
-		out_str(s, c, e ? e->val : NULL, e ? e->vlen : 0);
-		return 0;
-	}
-	case DPTP_TCPSTORE_ADD: {
-		k = rd_str(&r, &kl);
-		int64_t delta = (int64_t)rd_u64(&r), old = 0, sum;
-		struct entry *e = map_find(&s->kv, k, kl);
-		if (e && parse_i64(e->val, e->vlen, &old) < 0)
-			return -EINVAL; /* torch's stoll throws and the client is dropped */
-		if (__builtin_add_overflow(old, delta, &sum))
-			return -ERANGE;
-		char num[24];
-		int nl = snprintf(num, sizeof(num), "%" PRId64, sum);
-		DPTP_TRY(set_watched(s, c, k, kl, (const uint8_t *)num, (size_t)nl));
-		out_u64(s, c, (uint64_t)sum);
-		wake_key(s, k, kl, false);
-		return 0;
-	}
-	case DPTP_TCPSTORE_CHECK:
-		out_u8(s, c, keys_present(s, f + 1) ? DPTP_TCPSTORE_READY : DPTP_TCPSTORE_NOT_READY);
-		return 0;
-	case DPTP_TCPSTORE_WAIT: {
-		waiter_unlink(s, c); /* a new WAIT replaces an unanswered one */
-		if (keys_present(s, f + 1)) {
-			out_u8(s, c, DPTP_TCPSTORE_STOP_WAITING);
-			return 0;
-		}
-		size_t n = flen - 1;
-		/* the copy, and the waiter index entry of its longest key */
-		size_t cost = heap_cost(n) + entry_cost(n);
-		if (conn_bytes(c) + cost > s->max_client_bytes || !buf_take(s, c, cost, "a WAIT"))
-			return -ENOBUFS;
-		c->wait = malloc(n);
-		if (!c->wait) {
-			buf_release(s, c, cost);
-			return -ENOMEM;
-		}
-		memcpy(c->wait, f + 1, n);
-		c->waitlen = n;
-		c->wcost = cost;
-		c->waiting = true;
-		struct rd wr = {.p = c->wait};
-		c->wleft = rd_u64(&wr);
-		c->woff = wr.off;
-		index_file(s, c); /* some key is missing: filed under the first */
-		c->wprev = s->wtail;
-		c->wnext = NULL;
-		if (s->wtail)
-			s->wtail->wnext = c;
-		else
-			s->whead = c;
-		s->wtail = c;
-		return 0;
-	}
-	case DPTP_TCPSTORE_GETNUMKEYS:
-		out_u64(s, c, (uint64_t)s->kv.n);
-		return 0;
-	case DPTP_TCPSTORE_DELETE_KEY: {
-		k = rd_str(&r, &kl);
-		DPTP_TRY(change_begin(s, k, kl, &ch));
-		struct entry *d = map_find(&s->kv, k, kl);
-		if (d)
-			release(s, d->owner, d->cost);
-		bool gone = map_del(&s->kv, k, kl);
-		change_end(s, &ch, gone);
-		out_u64(s, c, gone ? 1 : 0);
-		return 0;
-	}
-	case DPTP_TCPSTORE_APPEND: {
-		k = rd_str(&r, &kl);
-		v = rd_str(&r, &vl);
-		struct entry *e = map_find(&s->kv, k, kl);
-		const struct entry *w = s->watches.n ? map_find(&s->watches, k, kl) : NULL;
-		if (e && e->vlen + vl > 4 * (size_t)s->lim.max_value)
-			return -EMSGSIZE; /* keep appends from growing a value without bound */
-		bool existed = e != NULL;
-		DPTP_TRY(kv_write(s, c, k, kl, v, vl, true, "an APPEND"));
-		if (w) /* as torch 2.1's nightlies did: the appended bytes only */
-			watch_send(s, w, existed ? DPTP_TCPSTORE_KEY_APPENDED : DPTP_TCPSTORE_KEY_CREATED, NULL, 0, v, vl);
-		wake_key(s, k, kl, false);
-		return 0;
-	}
-	case DPTP_TCPSTORE_MULTI_GET: {
-		uint64_t n = rd_u64(&r);
-		for (uint64_t i = 0; i < n && !c->dead; i++) {
-			k = rd_str(&r, &kl);
-			struct entry *e = map_find(&s->kv, k, kl);
-			out_str(s, c, e ? e->val : NULL, e ? e->vlen : 0);
-		}
-		return 0;
-	}
-	case DPTP_TCPSTORE_MULTI_SET: {
-		uint64_t n = rd_u64(&r);
-		for (uint64_t i = 0; i < n; i++) {
-			k = rd_str(&r, &kl);
-			v = rd_str(&r, &vl);
-			DPTP_TRY(set_watched(s, c, k, kl, v, vl));
-			wake_key(s, k, kl, false);
-		}
-		return 0;
-	}
-	case DPTP_TCPSTORE_CANCEL_WAIT:
-		waiter_unlink(s, c);
-		out_u8(s, c, DPTP_TCPSTORE_WAIT_CANCELED);
-		return 0;
-	case DPTP_TCPSTORE_QUEUE_PUSH: {
-		k = rd_str(&r, &kl);
-		v = rd_str(&r, &vl);
-		/* the item, and the queue's own entry when it is new */
-		struct entry *q = map_find(&s->queues, k, kl);
-		size_t icost = heap_cost(sizeof(struct qitem) + vl), qcost = q ? 0 : entry_cost(kl);
-		if (over_budget(s, c->peer, icost + qcost, "a QUEUE_PUSH"))
-			return -ENOSPC;
-		if (!q && !(q = map_get(&s->queues, k, kl)))
-			return -ENOMEM;
-		struct qitem *it = malloc(sizeof(*it) + vl);
-		if (!it) {
-			if (!q->qlen)
-				map_del(&s->queues, k, kl);
-			return -ENOMEM;
-		}
-		if (qcost)
-			recharge(s, &q->owner, &q->cost, c->peer, qcost);
-		charge(s, c->peer, icost);
-		it->owner = c->peer;
-		it->next = NULL;
-		it->len = vl;
-		memcpy(it->data, v, vl);
-		if (q->qtail)
-			q->qtail->next = it;
-		else
-			q->qhead = it;
-		q->qtail = it;
-		q->qlen++;
-		wake_key(s, k, kl, true);
-		return 0;
-	}
-	case DPTP_TCPSTORE_QUEUE_POP: {
-		k = rd_str(&r, &kl);
-		struct entry *q = map_find(&s->queues, k, kl);
-		if (!q || !q->qlen) {
-			out_u64(s, c, 0);
-			return 0;
-		}
-		out_u64(s, c, q->qlen); /* torch replies the length before the pop */
-		struct qitem *it = q->qhead;
-		out_str(s, c, it->data, it->len);
-		q->qhead = it->next;
-		if (!q->qhead)
-			q->qtail = NULL;
-		q->qlen--;
-		release(s, it->owner, heap_cost(sizeof(*it) + it->len));
-		free(it);
-		if (!q->qlen) {
-			release(s, q->owner, q->cost);
-			map_del(&s->queues, k, kl);
-		}
-		return 0;
-	}
-	case DPTP_TCPSTORE_QUEUE_LEN: {
-		k = rd_str(&r, &kl);
-		struct entry *q = map_find(&s->queues, k, kl);
-		out_u64(s, c, q ? q->qlen : 0);
-		return 0;
-	}
-	case DPTP_TCPSTORE_LIST_KEYS: {
-		struct entry **all = malloc((s->kv.n ? s->kv.n : 1) * sizeof(*all));
-		if (!all)
-			return -ENOMEM;
-		size_t n = 0;
-		for (size_t i = 0; i < s->kv.nb; i++)
-			for (struct entry *e = s->kv.b[i]; e; e = e->next)
-				all[n++] = e;
-		qsort(all, n, sizeof(*all), cmp_keys);
-		out_u64(s, c, n);
-		for (size_t i = 0; i < n && !c->dead; i++)
-			out_str(s, c, all[i]->key, all[i]->klen);
-		free(all);
-		return 0;
-	}
-	default:
+	if (op < 0 || (size_t)op >= DPTP_ARRAY_LEN(op_handlers) || !op_handlers[op])
 		return -EPROTO; /* VALIDATE again, or an opcode the scanner let through */
-	}
+	return op_handlers[op](s, c, f, flen);
 }
 
 /* Cuts and handles every complete frame in c->in. */
