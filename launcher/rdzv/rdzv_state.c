@@ -380,78 +380,200 @@ static int reduce(struct dec *d)
 	}
 }
 
-static int run_op(struct dec *d, uint8_t op, bool *stop)
+/* ---- one function per kind of opcode ------------------------------------------ */
+
+/* PROTO: protocols 2 to 5. */
+static int op_proto(struct dec *d)
 {
-	unsigned a = 0, b = 0, c = 0;
-	size_t m = 0;
-	long long id;
-	switch (op) {
-	case 0x80: /* PROTO */
-		DPTP_TRY(need(d, 1));
-		if (d->p[d->at] < 2 || d->p[d->at] > 5)
-			return bad(d, "pickle protocol %u", d->p[d->at]);
-		d->at++;
-		return 0;
-	case 0x95: /* FRAME: the framing is only a hint to the reader */
-		DPTP_TRY(need(d, 8));
-		if (le(d->p + d->at, 8) > d->n - d->at - 8)
-			return bad(d, "FRAME longer than the data");
-		d->at += 8;
-		return 0;
-	case 0x8c: /* SHORT_BINUNICODE */
-		DPTP_TRY(need(d, 1));
-		m = d->p[d->at++];
-		return take_str(d, PK_STR, m);
-	case 'X': /* BINUNICODE */
+	DPTP_TRY(need(d, 1));
+	if (d->p[d->at] < 2 || d->p[d->at] > 5)
+		return bad(d, "pickle protocol %u", d->p[d->at]);
+	d->at++;
+	return 0;
+}
+
+/* FRAME: the framing is only a hint to the reader. */
+static int op_frame(struct dec *d)
+{
+	DPTP_TRY(need(d, 8));
+	if (le(d->p + d->at, 8) > d->n - d->at - 8)
+		return bad(d, "FRAME longer than the data");
+	d->at += 8;
+	return 0;
+}
+
+/* SHORT_BINUNICODE, BINUNICODE, SHORT_BINBYTES: a length, then the bytes. */
+static int op_string(struct dec *d, uint8_t op)
+{
+	size_t m;
+	if (op == 'X') { /* BINUNICODE */
 		DPTP_TRY(need(d, 4));
 		m = (size_t)le(d->p + d->at, 4);
 		d->at += 4;
 		return take_str(d, PK_STR, m);
+	}
+	DPTP_TRY(need(d, 1));
+	m = d->p[d->at++];
+	return take_str(d, op == 'C' ? PK_BYTES : PK_STR, m);
+}
+
+static int op_memoize(struct dec *d)
+{
+	if (d->sp == 0)
+		return bad(d, "MEMOIZE on an empty stack");
+	if (d->nmemo == d->capmemo) {
+		/* The cap is checked before the memo grows: a grown block is
+		 * d->memo at once, so nothing is freed twice. */
+		size_t cm = d->capmemo ? d->capmemo * 2 : 64;
+		unsigned *nm;
+		if (cm > MAX_VALUES)
+			return bad(d, "memo too large (more than %u entries)", MAX_VALUES);
+		if (!(nm = realloc(d->memo, cm * sizeof(*nm))))
+			return dptp_err_set(d->err, -ENOMEM, "out of memory");
+		d->memo = nm;
+		d->capmemo = cm;
+	}
+	d->memo[d->nmemo++] = d->stack[d->sp - 1];
+	return 0;
+}
+
+/* BINGET ('h', a 1-byte index) and LONG_BINGET ('j', 4 bytes). */
+static int op_memo_get(struct dec *d, uint8_t op)
+{
+	DPTP_TRY(need(d, op == 'h' ? 1 : 4));
+	size_t m = op == 'h' ? d->p[d->at] : (size_t)le(d->p + d->at, 4);
+	d->at += op == 'h' ? 1 : 4;
+	if (m >= d->nmemo)
+		return bad(d, "memo %zu is not set", m);
+	return push(d, d->memo[m]);
+}
+
+/* TUPLE1, TUPLE2, TUPLE3: the top one to three values. */
+static int op_tuple(struct dec *d, uint8_t op)
+{
+	unsigned k = op - 0x84u, it[3];
+	long long id;
+	for (unsigned i = k; i-- > 0;)
+		DPTP_TRY(pop(d, &it[i]));
+	if ((id = newval(d, PK_TUPLE)) < 0)
+		return (int)id;
+	for (unsigned i = 0; i < k; i++)
+		DPTP_TRY(additem(d, (unsigned)id, it[i]));
+	return push(d, id);
+}
+
+/* BININT1, BININT2 (unsigned), BININT (signed 32 bits). */
+static int op_binint(struct dec *d, uint8_t op)
+{
+	int k = op == 'K' ? 1 : op == 'M' ? 2 : 4;
+	long long id;
+	DPTP_TRY(need(d, (size_t)k));
+	uint64_t u = le(d->p + d->at, k);
+	d->at += (size_t)k;
+	if ((id = newval(d, PK_INT)) >= 0)
+		d->v[id].i = k == 4 ? (long long)(int32_t)(uint32_t)u : (long long)u;
+	return push(d, id);
+}
+
+/* LONG1: little-endian two's complement, at most 8 bytes here. */
+static int op_long1(struct dec *d)
+{
+	size_t m;
+	long long id;
+	DPTP_TRY(need(d, 1));
+	m = d->p[d->at++];
+	DPTP_TRY(need(d, m));
+	if (m > 8)
+		return bad(d, "an integer of %zu bytes", m);
+	uint64_t u = m ? le(d->p + d->at, (int)m) : 0;
+	if (m && m < 8 && (d->p[d->at + m - 1] & 0x80))
+		u |= ~(uint64_t)0 << (8 * m);
+	d->at += m;
+	if ((id = newval(d, PK_INT)) >= 0)
+		d->v[id].i = (long long)u;
+	return push(d, id);
+}
+
+static int op_setitem(struct dec *d)
+{
+	unsigned a = 0, b = 0, c = 0;
+	DPTP_TRY(pop(d, &c));
+	DPTP_TRY(pop(d, &b));
+	DPTP_TRY(pop(d, &a));
+	if (d->v[a].k != PK_DICT)
+		return bad(d, "SETITEM on something that is not a dict");
+	DPTP_TRY(additem(d, a, b));
+	DPTP_TRY(additem(d, a, c));
+	return push(d, a);
+}
+
+/* SETITEMS ('u', into a dict) and ADDITEMS (into a set): the values above
+ * the MARK. */
+static int op_items(struct dec *d, uint8_t op)
+{
+	size_t m = 0;
+	DPTP_TRY(mark_pos(d, &m));
+	if (m == 0)
+		return bad(d, "nothing under the MARK");
+	unsigned a = d->stack[m - 1];
+	if (d->v[a].k != (op == 'u' ? PK_DICT : PK_SET))
+		return bad(d, "%s on the wrong kind of object", op == 'u' ? "SETITEMS" : "ADDITEMS");
+	if (op == 'u' && (d->sp - m - 1) % 2)
+		return bad(d, "SETITEMS with an odd number of items");
+	for (size_t i = m + 1; i < d->sp; i++)
+		DPTP_TRY(additem(d, a, d->stack[i]));
+	d->sp = m;
+	return 0;
+}
+
+static int op_newobj(struct dec *d)
+{
+	unsigned a = 0, b = 0;
+	DPTP_TRY(pop(d, &b));
+	DPTP_TRY(pop(d, &a));
+	if (d->v[a].k != PK_CLASS || d->v[b].k != PK_TUPLE || d->v[b].n != 0 ||
+	    (d->v[a].i != CLS_STATE && d->v[a].i != CLS_NODE))
+		return bad(d, "NEWOBJ other than _RendezvousState() or _NodeDesc()");
+	return push(d, newval(d, d->v[a].i == CLS_STATE ? PK_STATE : PK_NODE));
+}
+
+static int op_build(struct dec *d)
+{
+	unsigned a = 0, b = 0;
+	DPTP_TRY(pop(d, &b));
+	DPTP_TRY(pop(d, &a));
+	if ((d->v[a].k != PK_STATE && d->v[a].k != PK_NODE) || d->v[b].k != PK_DICT || d->v[a].dict >= 0)
+		return bad(d, "BUILD other than a state or node from a dict");
+	d->v[a].dict = b;
+	return push(d, a);
+}
+
+/* Runs one opcode; *stop at STOP. */
+static int run_op(struct dec *d, uint8_t op, bool *stop)
+{
+	long long id;
+	switch (op) {
+	case 0x80: /* PROTO */
+		return op_proto(d);
+	case 0x95: /* FRAME */
+		return op_frame(d);
+	case 0x8c: /* SHORT_BINUNICODE */
+	case 'X': /* BINUNICODE */
 	case 'C': /* SHORT_BINBYTES */
-		DPTP_TRY(need(d, 1));
-		m = d->p[d->at++];
-		return take_str(d, PK_BYTES, m);
+		return op_string(d, op);
 	case 0x94: /* MEMOIZE */
-		if (d->sp == 0)
-			return bad(d, "MEMOIZE on an empty stack");
-		if (d->nmemo == d->capmemo) {
-			/* The cap is checked before the memo grows: a grown block is
-			 * d->memo at once, so nothing is freed twice. */
-			size_t cm = d->capmemo ? d->capmemo * 2 : 64;
-			unsigned *nm;
-			if (cm > MAX_VALUES)
-				return bad(d, "memo too large (more than %u entries)", MAX_VALUES);
-			if (!(nm = realloc(d->memo, cm * sizeof(*nm))))
-				return dptp_err_set(d->err, -ENOMEM, "out of memory");
-			d->memo = nm;
-			d->capmemo = cm;
-		}
-		d->memo[d->nmemo++] = d->stack[d->sp - 1];
-		return 0;
+		return op_memoize(d);
 	case 'h': /* BINGET */
 	case 'j': /* LONG_BINGET */
-		DPTP_TRY(need(d, op == 'h' ? 1 : 4));
-		m = op == 'h' ? d->p[d->at] : (size_t)le(d->p + d->at, 4);
-		d->at += op == 'h' ? 1 : 4;
-		if (m >= d->nmemo)
-			return bad(d, "memo %zu is not set", m);
-		return push(d, d->memo[m]);
+		return op_memo_get(d, op);
 	case 0x93: /* STACK_GLOBAL */
 		return stack_global(d);
 	case ')': /* EMPTY_TUPLE */
 		return push(d, newval(d, PK_TUPLE));
 	case 0x85: /* TUPLE1 */
 	case 0x86: /* TUPLE2 */
-	case 0x87: { /* TUPLE3 */
-		unsigned k = op - 0x84u, it[3];
-		for (unsigned i = k; i-- > 0;)
-			DPTP_TRY(pop(d, &it[i]));
-		if ((id = newval(d, PK_TUPLE)) < 0)
-			return (int)id;
-		for (unsigned i = 0; i < k; i++)
-			DPTP_TRY(additem(d, (unsigned)id, it[i]));
-		return push(d, id);
-	}
+	case 0x87: /* TUPLE3 */
+		return op_tuple(d, op);
 	case '}': /* EMPTY_DICT */
 		return push(d, newval(d, PK_DICT));
 	case 0x8f: /* EMPTY_SET */
@@ -467,67 +589,19 @@ static int run_op(struct dec *d, uint8_t op, bool *stop)
 		return push(d, id);
 	case 'K': /* BININT1 */
 	case 'M': /* BININT2 */
-	case 'J': { /* BININT */
-		int k = op == 'K' ? 1 : op == 'M' ? 2 : 4;
-		DPTP_TRY(need(d, (size_t)k));
-		uint64_t u = le(d->p + d->at, k);
-		d->at += (size_t)k;
-		if ((id = newval(d, PK_INT)) >= 0)
-			d->v[id].i = k == 4 ? (long long)(int32_t)(uint32_t)u : (long long)u;
-		return push(d, id);
-	}
-	case 0x8a: { /* LONG1: little-endian two's complement, at most 8 bytes here */
-		DPTP_TRY(need(d, 1));
-		m = d->p[d->at++];
-		DPTP_TRY(need(d, m));
-		if (m > 8)
-			return bad(d, "an integer of %zu bytes", m);
-		uint64_t u = m ? le(d->p + d->at, (int)m) : 0;
-		if (m && m < 8 && (d->p[d->at + m - 1] & 0x80))
-			u |= ~(uint64_t)0 << (8 * m);
-		d->at += m;
-		if ((id = newval(d, PK_INT)) >= 0)
-			d->v[id].i = (long long)u;
-		return push(d, id);
-	}
+	case 'J': /* BININT */
+		return op_binint(d, op);
+	case 0x8a: /* LONG1 */
+		return op_long1(d);
 	case 's': /* SETITEM */
-		DPTP_TRY(pop(d, &c));
-		DPTP_TRY(pop(d, &b));
-		DPTP_TRY(pop(d, &a));
-		if (d->v[a].k != PK_DICT)
-			return bad(d, "SETITEM on something that is not a dict");
-		DPTP_TRY(additem(d, a, b));
-		DPTP_TRY(additem(d, a, c));
-		return push(d, a);
+		return op_setitem(d);
 	case 'u': /* SETITEMS */
-	case 0x90: { /* ADDITEMS */
-		DPTP_TRY(mark_pos(d, &m));
-		if (m == 0)
-			return bad(d, "nothing under the MARK");
-		a = d->stack[m - 1];
-		if (d->v[a].k != (op == 'u' ? PK_DICT : PK_SET))
-			return bad(d, "%s on the wrong kind of object", op == 'u' ? "SETITEMS" : "ADDITEMS");
-		if (op == 'u' && (d->sp - m - 1) % 2)
-			return bad(d, "SETITEMS with an odd number of items");
-		for (size_t i = m + 1; i < d->sp; i++)
-			DPTP_TRY(additem(d, a, d->stack[i]));
-		d->sp = m;
-		return 0;
-	}
+	case 0x90: /* ADDITEMS */
+		return op_items(d, op);
 	case 0x81: /* NEWOBJ */
-		DPTP_TRY(pop(d, &b));
-		DPTP_TRY(pop(d, &a));
-		if (d->v[a].k != PK_CLASS || d->v[b].k != PK_TUPLE || d->v[b].n != 0 ||
-		    (d->v[a].i != CLS_STATE && d->v[a].i != CLS_NODE))
-			return bad(d, "NEWOBJ other than _RendezvousState() or _NodeDesc()");
-		return push(d, newval(d, d->v[a].i == CLS_STATE ? PK_STATE : PK_NODE));
+		return op_newobj(d);
 	case 'b': /* BUILD */
-		DPTP_TRY(pop(d, &b));
-		DPTP_TRY(pop(d, &a));
-		if ((d->v[a].k != PK_STATE && d->v[a].k != PK_NODE) || d->v[b].k != PK_DICT || d->v[a].dict >= 0)
-			return bad(d, "BUILD other than a state or node from a dict");
-		d->v[a].dict = b;
-		return push(d, a);
+		return op_build(d);
 	case 'R':
 		return reduce(d);
 	case '.':
