@@ -155,12 +155,126 @@ static int wait_nodes(struct rendezvous *r, unsigned restart, const char *const 
 	}
 }
 
+/* This node's dptp-run record first, on its own connection (a CHECK after
+ * it, which has a reply, orders it before our role_info), then the
+ * role_info of torchrun's _assign_worker_ranks, byte for byte. */
+static int announce_node(struct rendezvous *r, unsigned restart, struct dptp_err *err)
+{
+	const struct run_opts *o = r->opts;
+	unsigned me = o->node_rank, n = o->max_nodes;
+	char key[256], val[512], nk[64], nv[16];
+	const char *k1[] = {key};
+	bool ready;
+	int rc;
+
+	snprintf(key, sizeof(key), "dptp/%u/node/%u", restart, me);
+	snprintf(val, sizeof(val), "%u %d %u %s", o->nproc, (int)getpid(), rdzv_common_slots(), r->hostname);
+	snprintf(nk, sizeof(nk), "dptp/%u/nnodes", restart);
+	snprintf(nv, sizeof(nv), "%u", n);
+	if ((rc = dptp_tcpstore_client_set(r->ext, key, val, strlen(val), err)) < 0 ||
+	    (me == 0 && (rc = dptp_tcpstore_client_set(r->ext, nk, nv, strlen(nv), err)) < 0) ||
+	    (rc = dptp_tcpstore_client_check(r->ext, k1, 1, &ready, err)) < 0)
+		return rc;
+	rdzv_common_role_info_value(r, me, val, sizeof(val));
+	snprintf(key, sizeof(key), RDZV_RI_PREFIX "%u", me);
+	return dptp_tcpstore_client_set(r->agent, key, val, strlen(val), err);
+}
+
+/* A restart: role_info of the last attempt is still there, so this waits
+ * for every dptp-run node's record of this one first (keys[0] is scratch). */
+static int wait_last_records(struct rendezvous *r, unsigned restart, char **keys, struct dptp_err *err)
+{
+	for (unsigned i = 0; i < r->opts->max_nodes; i++) {
+		if (!r->was_dptp[i])
+			continue;
+		snprintf(keys[0], 96, "dptp/%u/node/%u", restart, i);
+		const char *k1[] = {keys[0]};
+		int rc = wait_nodes(r, restart, k1, 1, err);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Node 0 assigns the ranks once every role_info is in (and says so); the
+ * others wait for that, or for their own assigned_ranks the first time. */
+static int agree_ranks(struct rendezvous *r, unsigned restart, bool node0_dptp, char **keys, struct dptp_err *err)
+{
+	unsigned me = r->opts->node_rank, n = r->opts->max_nodes;
+	char key[256];
+	int rc = 0;
+
+	if (me == 0) {
+		for (unsigned i = 0; i < n; i++)
+			snprintf(keys[i], 96, RDZV_RI_PREFIX "%u", i);
+		if ((rc = wait_nodes(r, restart, (const char *const *)keys, n, err)) < 0 ||
+		    (rc = rdzv_common_node0_assign(r, r->agent, n, restart > 0, err)) < 0)
+			return rc;
+		snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
+		return dptp_tcpstore_client_set(r->ext, key, "1", 1, err);
+	} else if (restart > 0 && node0_dptp) {
+		/* the assigned_ranks of the last attempt are still there */
+		snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
+		const char *k1[] = {key};
+		return wait_nodes(r, restart, k1, 1, err);
+	} else if (restart == 0) {
+		snprintf(key, sizeof(key), RDZV_AR_PREFIX "%u", me);
+		const char *k1[] = {key};
+		return wait_nodes(r, restart, k1, 1, err);
+	}
+	return rc;
+}
+
+/* This node's assigned ranks, checked: a forged assignment must not hand
+ * the workers a world of 65538. */
+static int read_ranks(struct rendezvous *r, unsigned rk[4], struct dptp_err *err)
+{
+	unsigned me = r->opts->node_rank, n = r->opts->max_nodes;
+	struct dptp_tcpstore_buf mine = {0};
+	char key[256];
+	int rc;
+
+	snprintf(key, sizeof(key), RDZV_AR_PREFIX "%u", me);
+	if ((rc = dptp_tcpstore_client_get(r->agent, key, &mine, err)) >= 0 &&
+	    (rc = rdzv_common_parse_ranks(&mine, rk, err)) >= 0)
+		rc = rdzv_common_check_ranks(r, r->ext, me, n, rk, err);
+	free(mine.data);
+	return rc;
+}
+
+/* Is every node a dptp-run? (Their records, keys, precede their role_info,
+ * which node 0 read before it assigned our ranks.) Learnt at the first
+ * attempt, remembered in r->was_dptp for the restarts. */
+static int all_dptp(struct rendezvous *r, unsigned restart, char **keys, bool *all, struct dptp_err *err)
+{
+	unsigned n = r->opts->max_nodes;
+	int rc = 0;
+
+	*all = true;
+	if (restart == 0 || !r->was_dptp) {
+		free(r->was_dptp);
+		r->was_dptp = calloc(n, sizeof(bool));
+		if (!r->was_dptp)
+			return dptp_err_set(err, -ENOMEM, "out of memory");
+		for (unsigned i = 0; i < n; i++) {
+			const char *k1[] = {keys[i]};
+			bool ready = false;
+			if ((rc = dptp_tcpstore_client_check(r->ext, k1, 1, &ready, err)) < 0)
+				return rc;
+			r->was_dptp[i] = ready;
+			*all = *all && ready;
+		}
+	} else {
+		for (unsigned i = 0; i < n; i++)
+			*all = *all && r->was_dptp[i];
+	}
+	return rc;
+}
+
 static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *out, struct dptp_err *err)
 {
 	const struct run_opts *o = r->opts;
 	unsigned me = o->node_rank, n = o->max_nodes, rk[4];
-	char key[256], val[512];
-	struct dptp_tcpstore_buf mine = {0};
 	char **keys = NULL;
 	int rc = 0;
 	bool node0_dptp = true, all = true;
@@ -177,94 +291,28 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 	if (!keys)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
 	for (unsigned i = 0; i < n; i++)
-		if (!(keys[i] = malloc(96)))
-			goto nomem;
-
-	/* dptp-run's node record first, on its own connection: a CHECK after
-	 * it (it has a reply) orders it before our role_info */
-	snprintf(key, sizeof(key), "dptp/%u/node/%u", restart, me);
-	snprintf(val, sizeof(val), "%u %d %u %s", o->nproc, (int)getpid(), rdzv_common_slots(), r->hostname);
-	{
-		const char *k1[] = {key};
-		char nk[64], nv[16];
-		bool ready;
-		snprintf(nk, sizeof(nk), "dptp/%u/nnodes", restart);
-		snprintf(nv, sizeof(nv), "%u", n);
-		if ((rc = dptp_tcpstore_client_set(r->ext, key, val, strlen(val), err)) < 0 ||
-		    (me == 0 && (rc = dptp_tcpstore_client_set(r->ext, nk, nv, strlen(nv), err)) < 0) ||
-		    (rc = dptp_tcpstore_client_check(r->ext, k1, 1, &ready, err)) < 0)
+		if (!(keys[i] = malloc(96))) {
+			rc = dptp_err_set(err, -ENOMEM, "out of memory");
 			goto out;
-	}
+		}
 
-	/* torchrun's _assign_worker_ranks, byte for byte */
-	rdzv_common_role_info_value(r, me, val, sizeof(val));
-	snprintf(key, sizeof(key), RDZV_RI_PREFIX "%u", me);
-	if ((rc = dptp_tcpstore_client_set(r->agent, key, val, strlen(val), err)) < 0)
+	if ((rc = announce_node(r, restart, err)) < 0)
 		goto out;
 	if (restart > 0 && r->was_dptp) {
-		/* role_info of the last attempt is still there: wait for every
-		 * dptp-run node's record of this one first */
-		for (unsigned i = 0; i < n; i++) {
-			if (!r->was_dptp[i])
-				continue;
-			snprintf(keys[0], 96, "dptp/%u/node/%u", restart, i);
-			const char *k1[] = {keys[0]};
-			if ((rc = wait_nodes(r, restart, k1, 1, err)) < 0)
-				goto out;
-		}
+		if ((rc = wait_last_records(r, restart, keys, err)) < 0)
+			goto out;
 		node0_dptp = r->was_dptp[0];
 	}
-	if (me == 0) {
-		for (unsigned i = 0; i < n; i++)
-			snprintf(keys[i], 96, RDZV_RI_PREFIX "%u", i);
-		if ((rc = wait_nodes(r, restart, (const char *const *)keys, n, err)) < 0 ||
-		    (rc = rdzv_common_node0_assign(r, r->agent, n, restart > 0, err)) < 0)
-			goto out;
-		snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
-		if ((rc = dptp_tcpstore_client_set(r->ext, key, "1", 1, err)) < 0)
-			goto out;
-	} else if (restart > 0 && node0_dptp) {
-		/* the assigned_ranks of the last attempt are still there */
-		snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
-		const char *k1[] = {key};
-		if ((rc = wait_nodes(r, restart, k1, 1, err)) < 0)
-			goto out;
-	} else if (restart == 0) {
-		snprintf(key, sizeof(key), RDZV_AR_PREFIX "%u", me);
-		const char *k1[] = {key};
-		if ((rc = wait_nodes(r, restart, k1, 1, err)) < 0)
-			goto out;
-	}
-	snprintf(key, sizeof(key), RDZV_AR_PREFIX "%u", me);
-	/* a forged assignment must not hand the workers a world of 65538 */
-	if ((rc = dptp_tcpstore_client_get(r->agent, key, &mine, err)) < 0 || (rc = rdzv_common_parse_ranks(&mine, rk, err)) < 0 ||
-	    (rc = rdzv_common_check_ranks(r, r->ext, me, n, rk, err)) < 0)
+	if ((rc = agree_ranks(r, restart, node0_dptp, keys, err)) < 0 || (rc = read_ranks(r, rk, err)) < 0)
 		goto out;
 
 	rdzv_common_info_set_ranks(out, me, n, rk);
 	fill_common(r, restart, out);
 
-	/* is every node a dptp-run? (their records precede their role_info,
-	 * which node 0 read before it assigned our ranks) */
 	for (unsigned i = 0; i < n; i++)
 		snprintf(keys[i], 96, "dptp/%u/node/%u", restart, i);
-	if (restart == 0 || !r->was_dptp) {
-		free(r->was_dptp);
-		r->was_dptp = calloc(n, sizeof(bool));
-		if (!r->was_dptp)
-			goto nomem;
-		for (unsigned i = 0; i < n; i++) {
-			const char *k1[] = {keys[i]};
-			bool ready = false;
-			if ((rc = dptp_tcpstore_client_check(r->ext, k1, 1, &ready, err)) < 0)
-				goto out;
-			r->was_dptp[i] = ready;
-			all = all && ready;
-		}
-	} else {
-		for (unsigned i = 0; i < n; i++)
-			all = all && r->was_dptp[i];
-	}
+	if ((rc = all_dptp(r, restart, keys, &all, err)) < 0)
+		goto out;
 	if (!all) {
 		out->mixed = true;
 		goto out;
@@ -272,15 +320,11 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 	if ((rc = rdzv_common_read_nodes(r, r->ext, (const char *const *)keys, n, me, out, err)) < 0)
 		goto out;
 	snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", r->nodes[0].pid, restart);
-	goto out;
-nomem:
-	rc = dptp_err_set(err, -ENOMEM, "out of memory");
 out:
 	if (rc == -EPROTO && r->ext && err)
 		refuse(r, restart, err);
 	if (!out->nodes)
 		snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", (int)getpid(), restart);
-	free(mine.data);
 	dptp_tcpstore_keys_free(keys, n);
 	return rc;
 }
