@@ -406,232 +406,311 @@ static int mget_reply(const struct xop *o, size_t n, size_t *total)
 	return 1;
 }
 
+/* ---- advance(), one function per state ----------------------------------------
+ * Each consumes what its state needs from o->in and returns STEP_DONE (the op
+ * is done: freed by the caller), STEP_MORE (more bytes needed), STEP_NEXT
+ * (it moved to another state: go on) or <0 (a protocol error). */
+enum { STEP_MORE = 0, STEP_DONE = 1, STEP_NEXT = 2 };
+
+static void in_drop(struct xop *o, size_t n)
+{
+	o->inlen -= n;
+	memmove(o->in, o->in + n, o->inlen);
+}
+
+/* X_WATCH: a node reported the attempt failed (which node: unknown here). */
+static int failure_reported(struct xnode *x, struct xop *o)
+{
+	if (o->inlen < 1)
+		return STEP_MORE;
+	x->failed_node = (int)x->nnodes;
+	return STEP_DONE;
+}
+
+/* X_QWAIT: a request is queued for this node: pop it. */
+static int pop_request(struct xnode *x, struct xop *o)
+{
+	char key[256];
+	if (o->inlen < 1)
+		return STEP_MORE;
+	in_drop(o, 1);
+	qkey(x, x->me, key, sizeof(key));
+	if (put_u8(o, DPTP_TCPSTORE_QUEUE_POP) || put_str(o, key, strlen(key)))
+		return -ENOMEM;
+	o->st = X_QPOP;
+	return STEP_NEXT;
+}
+
+/* The popped item after the reply's u64 flag: another node's PMIx event
+ * ('E' and its bytes), delivered to the local workers, or a direct modex
+ * request ("from id rank"), handed to the local server. 1 when taken, 0
+ * when more bytes are needed, <0. */
+static int take_request(struct xnode *x, struct xop *o)
+{
+	unsigned from, rank;
+	unsigned long id;
+	char req[64];
+	if (o->inlen < 16)
+		return 0;
+	uint64_t l = dptp_le64_get(o->in + 8);
+	if (l > DPTP_TCPSTORE_MAX_VALUE)
+		return -EPROTO;
+	if (o->inlen < 16 + l)
+		return 0;
+	if (l && o->in[16] == 'E') {
+		if (pmix_srv_notify_local(x->srv, o->in + 17, l - 1) < 0)
+			xlog("cannot deliver another node's PMIx event to the local workers");
+		in_drop(o, 16 + l);
+		return 1;
+	}
+	if (l >= sizeof(req))
+		return -EPROTO;
+	memcpy(req, o->in + 16, l);
+	req[l] = '\0';
+	in_drop(o, 16 + l);
+	struct dmdx_token *t = malloc(sizeof(*t));
+	if (sscanf(req, "%u %lu %u", &from, &id, &rank) != 3 || !t) {
+		free(t);
+		return -EPROTO;
+	}
+	t->from = from;
+	t->id = id;
+	if (pmix_srv_dmodex_local(x->srv, rank, t) < 0)
+		xnode_dmodex_answer(x, t, false, NULL, 0);
+	return 1;
+}
+
+/* X_QPOP: the QUEUE_POP reply (empty, or one item), then the next WAIT. */
+static int serve_popped(struct xnode *x, struct xop *o)
+{
+	char key[256];
+	if (o->inlen < 8)
+		return STEP_MORE;
+	if (dptp_le64_get(o->in)) {
+		int rc = take_request(x, o);
+		if (rc <= 0)
+			return rc;
+	} else {
+		in_drop(o, 8);
+	}
+	qkey(x, x->me, key, sizeof(key));
+	if (frame_wait(o, key) < 0)
+		return -ENOMEM;
+	o->st = X_QWAIT;
+	return STEP_NEXT;
+}
+
+/* X_RWAIT: the other node answered our direct modex request: read it. */
+static int get_dmodex_reply(struct xnode *x, struct xop *o)
+{
+	if (o->inlen < 1)
+		return STEP_MORE;
+	in_drop(o, 1);
+	if (put_u8(o, DPTP_TCPSTORE_GET) || put_str(o, o->base, strlen(o->base)))
+		return -ENOMEM;
+	o->st = X_RGET;
+	return STEP_NEXT;
+}
+
+/* X_RGET: the answer (a found byte, then the data) to the local server. */
+static int dmodex_replied(struct xnode *x, struct xop *o)
+{
+	if (o->inlen < 8)
+		return STEP_MORE;
+	uint64_t l = dptp_le64_get(o->in);
+	if (l > DPTP_TCPSTORE_MAX_VALUE || l < 1)
+		return -EPROTO;
+	if (o->inlen < 8 + l)
+		return STEP_MORE;
+	pmix_srv_dmodex_complete(o->dmdx, o->in[8] == 0, o->in + 9, l - 1);
+	o->dmdx = NULL;
+	return STEP_DONE;
+}
+
+/* X_DADD: this node's workers are done; the last node to count says all
+ * are, every node waits for it. */
+static int workers_done_counted(struct xnode *x, struct xop *o)
+{
+	char key[256];
+	if (o->inlen < 8)
+		return STEP_MORE;
+	uint64_t v = dptp_le64_get(o->in);
+	in_drop(o, 8);
+	snprintf(key, sizeof(key), "%sworkers_done/all", x->prefix);
+	if ((v == x->nnodes && frame_set(o, key, "1", 1) < 0) || frame_wait(o, key) < 0)
+		return -ENOMEM;
+	o->st = X_DWAIT;
+	return STEP_NEXT;
+}
+
+/* X_DWAIT: every node's workers are done. */
+static int workers_all_done(struct xnode *x, struct xop *o)
+{
+	if (o->inlen < 1)
+		return STEP_MORE;
+	x->finish = 2;
+	return STEP_DONE;
+}
+
+/* X_PWAIT: every other node published its workers' pids: read them all. */
+static int get_pids(struct xnode *x, struct xop *o)
+{
+	char key[256];
+	if (o->inlen < 1)
+		return STEP_MORE;
+	in_drop(o, 1);
+	if (put_u8(o, DPTP_TCPSTORE_MULTI_GET) || put_u64(o, x->nnodes))
+		return -ENOMEM;
+	for (unsigned k = 0; k < x->nnodes; k++) {
+		snprintf(key, sizeof(key), "%spids/%u", x->prefix, k);
+		if (put_str(o, key, strlen(key)) < 0)
+			return -ENOMEM;
+	}
+	o->st = X_PGET;
+	return STEP_NEXT;
+}
+
+/* X_PGET: the other nodes' worker pids, to the local server. */
+static int pids_read(struct xnode *x, struct xop *o)
+{
+	size_t off = 0;
+	int got = mget_reply(o, x->nnodes, NULL);
+	if (got <= 0)
+		return got;
+	for (unsigned k = 0; k < x->nnodes; k++) {
+		uint64_t l = dptp_le64_get(o->in + off);
+		char *v = strndup((const char *)o->in + off + 8, l), *p = v, *end;
+		for (unsigned i = 0; v && k != x->me && i < x->nodes[k].nproc; i++, p = end) {
+			long pid = strtol(p, &end, 10);
+			if (end == p || pid <= 0 || pid > INT32_MAX)
+				break;
+			pmix_srv_remote_pid(x->srv, x->nodes[k].base + i, (pid_t)pid);
+		}
+		free(v);
+		off += 8 + l;
+	}
+	return STEP_DONE;
+}
+
+/* X_HB: a heartbeat round's counters; a node whose counter moved is alive. */
+static int heartbeats_read(struct xnode *x, struct xop *o)
+{
+	double now = dptp_now();
+	if (!x->hb_waiting || o->inlen < 8 * (size_t)x->nnodes)
+		return STEP_MORE;
+	for (unsigned k = 0; k < x->nnodes; k++) {
+		uint64_t v = dptp_le64_get(o->in + 8 * k);
+		if (v != x->hb_val[k]) {
+			x->hb_val[k] = v;
+			x->hb_seen[k] = now;
+		}
+	}
+	in_drop(o, 8 * (size_t)x->nnodes);
+	x->hb_waiting = false;
+	return STEP_NEXT;
+}
+
+/* X_ADD: this node's blob is in and counted; the last node says done,
+ * every node waits for it. */
+static int fence_counted(struct xnode *x, struct xop *o)
+{
+	char key[256];
+	if (o->inlen < 8)
+		return STEP_MORE;
+	uint64_t v = dptp_le64_get(o->in);
+	in_drop(o, 8);
+	if (v == o->ninv) {
+		snprintf(key, sizeof(key), "%sdone", o->base);
+		if (frame_set(o, key, "1", 1) < 0)
+			return -ENOMEM;
+	}
+	snprintf(key, sizeof(key), "%sdone", o->base);
+	if (frame_wait(o, key) < 0)
+		return -ENOMEM;
+	o->st = X_WAIT;
+	return STEP_NEXT;
+}
+
+/* X_WAIT: every node's blob is in: read them all. */
+static int fence_all_in(struct xnode *x, struct xop *o)
+{
+	char key[256];
+	if (o->inlen < 1)
+		return STEP_MORE;
+	if (o->in[0] != DPTP_TCPSTORE_STOP_WAITING)
+		return -EPROTO;
+	in_drop(o, 1);
+	if (getenv("DPTP_RUN_DEBUG"))
+		fprintf(stderr, "dptp-run: node %u %sdone\n", x->me, o->base);
+	if (put_u8(o, DPTP_TCPSTORE_MULTI_GET) || put_u64(o, o->ninv))
+		return -ENOMEM;
+	for (size_t i = 0; i < o->ninv; i++) {
+		snprintf(key, sizeof(key), "%sblob/%u", o->base, o->inv[i]);
+		if (put_str(o, key, strlen(key)) < 0)
+			return -ENOMEM;
+	}
+	o->st = X_MGET;
+	return STEP_NEXT;
+}
+
+/* X_MGET: the blobs, concatenated in node order, complete the fence. */
+static int fence_blobs_read(struct xnode *x, struct xop *o)
+{
+	size_t off = 0, total = 0;
+	int got = mget_reply(o, o->ninv, &total);
+	if (got <= 0)
+		return got;
+	/* concatenate in place */
+	uint8_t *cat = malloc(total ? total : 1);
+	if (!cat)
+		return -ENOMEM;
+	off = 0;
+	size_t w = 0;
+	for (size_t i = 0; i < o->ninv; i++) {
+		uint64_t l = dptp_le64_get(o->in + off);
+		memcpy(cat + w, o->in + off + 8, l);
+		w += l;
+		off += 8 + l;
+	}
+	if (getenv("DPTP_RUN_DEBUG"))
+		fprintf(stderr, "dptp-run: node %u %scomplete, %zu bytes\n", x->me, o->base, total);
+	pmix_srv_fence_complete(o->fence, true, cat, total);
+	o->fence = NULL;
+	free(cat);
+	return STEP_DONE;
+}
+
+static int (*const steps[])(struct xnode *x, struct xop *o) = {
+	[X_ADD] = fence_counted,
+	[X_WAIT] = fence_all_in,
+	[X_MGET] = fence_blobs_read,
+	[X_WATCH] = failure_reported,
+	[X_QWAIT] = pop_request,
+	[X_QPOP] = serve_popped,
+	[X_RWAIT] = get_dmodex_reply,
+	[X_RGET] = dmodex_replied,
+	[X_DADD] = workers_done_counted,
+	[X_DWAIT] = workers_all_done,
+	[X_HB] = heartbeats_read,
+	[X_PWAIT] = get_pids,
+	[X_PGET] = pids_read,
+};
+_Static_assert(sizeof(steps) / sizeof(steps[0]) == X_PGET + 1, "a step for every state");
+
 /* Consumes what the state needs from o->in. 1: the op is done (freed by the
  * caller), 0: more bytes needed, <0: protocol error. */
 static int advance(struct xnode *x, struct xop *o)
 {
-	char key[256];
 	for (;;) {
 		if (o->echo) { /* the PING echo comes first */
 			if (o->inlen < 4)
 				return 0;
-			o->inlen -= 4;
-			memmove(o->in, o->in + 4, o->inlen);
+			in_drop(o, 4);
 			o->echo = false;
 		}
-		switch (o->st) {
-		case X_WATCH:
-			if (o->inlen < 1)
-				return 0;
-			x->failed_node = (int)x->nnodes; /* which node: unknown here */
-			return 1;
-		case X_QWAIT: /* a request is queued: pop it */
-			if (o->inlen < 1)
-				return 0;
-			o->inlen--;
-			memmove(o->in, o->in + 1, o->inlen);
-			qkey(x, x->me, key, sizeof(key));
-			if (put_u8(o, DPTP_TCPSTORE_QUEUE_POP) || put_str(o, key, strlen(key)))
-				return -ENOMEM;
-			o->st = X_QPOP;
-			break;
-		case X_QPOP: {
-			uint64_t flag, l;
-			unsigned from, rank;
-			unsigned long id;
-			char req[64];
-			if (o->inlen < 8)
-				return 0;
-			flag = dptp_le64_get(o->in);
-			if (flag) {
-				if (o->inlen < 16)
-					return 0;
-				l = dptp_le64_get(o->in + 8);
-				if (l > DPTP_TCPSTORE_MAX_VALUE)
-					return -EPROTO;
-				if (o->inlen < 16 + l)
-					return 0;
-				if (l && o->in[16] == 'E') { /* another node's PMIx event */
-					if (pmix_srv_notify_local(x->srv, o->in + 17, l - 1) < 0)
-						xlog("cannot deliver another node's PMIx event to the local workers");
-					o->inlen -= 16 + l;
-					memmove(o->in, o->in + 16 + l, o->inlen);
-					goto rewait;
-				}
-				if (l >= sizeof(req))
-					return -EPROTO;
-				memcpy(req, o->in + 16, l);
-				req[l] = '\0';
-				o->inlen -= 16 + l;
-				memmove(o->in, o->in + 16 + l, o->inlen);
-				struct dmdx_token *t = malloc(sizeof(*t));
-				if (sscanf(req, "%u %lu %u", &from, &id, &rank) != 3 || !t) {
-					free(t);
-					return -EPROTO;
-				}
-				t->from = from;
-				t->id = id;
-				if (pmix_srv_dmodex_local(x->srv, rank, t) < 0)
-					xnode_dmodex_answer(x, t, false, NULL, 0);
-			} else {
-				o->inlen -= 8;
-				memmove(o->in, o->in + 8, o->inlen);
-			}
-rewait:
-			qkey(x, x->me, key, sizeof(key));
-			if (frame_wait(o, key) < 0)
-				return -ENOMEM;
-			o->st = X_QWAIT;
-			break;
-		}
-		case X_RWAIT:
-			if (o->inlen < 1)
-				return 0;
-			o->inlen--;
-			memmove(o->in, o->in + 1, o->inlen);
-			if (put_u8(o, DPTP_TCPSTORE_GET) || put_str(o, o->base, strlen(o->base)))
-				return -ENOMEM;
-			o->st = X_RGET;
-			break;
-		case X_RGET: {
-			uint64_t l;
-			if (o->inlen < 8)
-				return 0;
-			l = dptp_le64_get(o->in);
-			if (l > DPTP_TCPSTORE_MAX_VALUE || l < 1)
-				return -EPROTO;
-			if (o->inlen < 8 + l)
-				return 0;
-			pmix_srv_dmodex_complete(o->dmdx, o->in[8] == 0, o->in + 9, l - 1);
-			o->dmdx = NULL;
-			return 1;
-		}
-		case X_DADD: {
-			if (o->inlen < 8)
-				return 0;
-			uint64_t v = dptp_le64_get(o->in);
-			o->inlen -= 8;
-			memmove(o->in, o->in + 8, o->inlen);
-			snprintf(key, sizeof(key), "%sworkers_done/all", x->prefix);
-			if ((v == x->nnodes && frame_set(o, key, "1", 1) < 0) || frame_wait(o, key) < 0)
-				return -ENOMEM;
-			o->st = X_DWAIT;
-			break;
-		}
-		case X_DWAIT:
-			if (o->inlen < 1)
-				return 0;
-			x->finish = 2;
-			return 1;
-		case X_PWAIT: /* every other node published its workers' pids */
-			if (o->inlen < 1)
-				return 0;
-			o->inlen--;
-			memmove(o->in, o->in + 1, o->inlen);
-			if (put_u8(o, DPTP_TCPSTORE_MULTI_GET) || put_u64(o, x->nnodes))
-				return -ENOMEM;
-			for (unsigned k = 0; k < x->nnodes; k++) {
-				snprintf(key, sizeof(key), "%spids/%u", x->prefix, k);
-				if (put_str(o, key, strlen(key)) < 0)
-					return -ENOMEM;
-			}
-			o->st = X_PGET;
-			break;
-		case X_PGET: {
-			size_t off = 0;
-			int got = mget_reply(o, x->nnodes, NULL);
-			if (got <= 0)
-				return got;
-			for (unsigned k = 0; k < x->nnodes; k++) {
-				uint64_t l = dptp_le64_get(o->in + off);
-				char *v = strndup((const char *)o->in + off + 8, l), *p = v, *end;
-				for (unsigned i = 0; v && k != x->me && i < x->nodes[k].nproc; i++, p = end) {
-					long pid = strtol(p, &end, 10);
-					if (end == p || pid <= 0 || pid > INT32_MAX)
-						break;
-					pmix_srv_remote_pid(x->srv, x->nodes[k].base + i, (pid_t)pid);
-				}
-				free(v);
-				off += 8 + l;
-			}
-			return 1;
-		}
-		case X_HB: {
-			double now = dptp_now();
-			if (!x->hb_waiting || o->inlen < 8 * (size_t)x->nnodes)
-				return 0;
-			for (unsigned k = 0; k < x->nnodes; k++) {
-				uint64_t v = dptp_le64_get(o->in + 8 * k);
-				if (v != x->hb_val[k]) {
-					x->hb_val[k] = v;
-					x->hb_seen[k] = now;
-				}
-			}
-			o->inlen -= 8 * (size_t)x->nnodes;
-			memmove(o->in, o->in + 8 * (size_t)x->nnodes, o->inlen);
-			x->hb_waiting = false;
-			break;
-		}
-		case X_ADD: {
-			if (o->inlen < 8)
-				return 0;
-			uint64_t v = dptp_le64_get(o->in);
-			o->inlen -= 8;
-			memmove(o->in, o->in + 8, o->inlen);
-			if (v == o->ninv) {
-				snprintf(key, sizeof(key), "%sdone", o->base);
-				if (frame_set(o, key, "1", 1) < 0)
-					return -ENOMEM;
-			}
-			snprintf(key, sizeof(key), "%sdone", o->base);
-			if (frame_wait(o, key) < 0)
-				return -ENOMEM;
-			o->st = X_WAIT;
-			break;
-		}
-		case X_WAIT:
-			if (o->inlen < 1)
-				return 0;
-			if (o->in[0] != DPTP_TCPSTORE_STOP_WAITING)
-				return -EPROTO;
-			o->inlen--;
-			memmove(o->in, o->in + 1, o->inlen);
-			if (getenv("DPTP_RUN_DEBUG"))
-				fprintf(stderr, "dptp-run: node %u %sdone\n", x->me, o->base);
-			if (put_u8(o, DPTP_TCPSTORE_MULTI_GET) || put_u64(o, o->ninv))
-				return -ENOMEM;
-			for (size_t i = 0; i < o->ninv; i++) {
-				snprintf(key, sizeof(key), "%sblob/%u", o->base, o->inv[i]);
-				if (put_str(o, key, strlen(key)) < 0)
-					return -ENOMEM;
-			}
-			o->st = X_MGET;
-			break;
-		case X_MGET: {
-			size_t off = 0, total = 0;
-			int got = mget_reply(o, o->ninv, &total);
-			if (got <= 0)
-				return got;
-			/* concatenate in place */
-			uint8_t *cat = malloc(total ? total : 1);
-			if (!cat)
-				return -ENOMEM;
-			off = 0;
-			size_t w = 0;
-			for (size_t i = 0; i < o->ninv; i++) {
-				uint64_t l = dptp_le64_get(o->in + off);
-				memcpy(cat + w, o->in + off + 8, l);
-				w += l;
-				off += 8 + l;
-			}
-			if (getenv("DPTP_RUN_DEBUG"))
-				fprintf(stderr, "dptp-run: node %u %scomplete, %zu bytes\n", x->me, o->base, total);
-			pmix_srv_fence_complete(o->fence, true, cat, total);
-			o->fence = NULL;
-			free(cat);
-			return 1;
-		}
-		}
+		int rc = steps[o->st](x, o);
+		if (rc != STEP_NEXT)
+			return rc;
 	}
 }
 
