@@ -820,62 +820,41 @@ static void guard_dir(void *guard, const char *dir)
 	guard_remove_dir(guard, dir);
 }
 
-int supervise_run(const struct run_opts *o)
+/* --logs-specs: torch loads the entry point and raises ValueError without
+ * one; dptp-run cannot load a Python class: it says so and goes on.
+ * Returns 0 to go on, else the exit status. */
+static int check_logs_specs(struct job *j)
 {
-	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .rdzv_sigfd = -1, .stop_timeout = 30.0,
-		.barrier_timeout = 300.0, .dup_fd = {-1, -1}};
+	const struct run_opts *o = j->o;
 	struct dptp_err err = {0};
+	char msg[512];
+	int rc;
+
+	if (!o->logs_specs)
+		return 0;
+	if ((rc = env_logs_specs_known(o->logs_specs, &err)) == 1) {
+		fprintf(stderr, "dptp-run: warning: --logs-specs=%s is a Python entry point and is not loaded; the default layout under --log-dir is used\n",
+			o->logs_specs);
+		return 0;
+	}
+	if (rc == 0)
+		snprintf(msg, sizeof(msg), "ValueError: Could not find entrypoint under 'torchrun.logs_specs[%s]' key",
+			 o->logs_specs);
+	else
+		snprintf(msg, sizeof(msg), "--logs-specs=%s: %s", o->logs_specs, err.msg);
+	fprintf(stderr, rc == 0 ? "%s\n" : "dptp-run: error: %s\n", msg);
+	record_own_failure(j, msg);
+	return 1;
+}
+
+/* Every signal we care about arrives through the signalfd; blocked before
+ * PMIx starts its threads so that they inherit the mask. <0 (said) when
+ * there is no signalfd. */
+static int take_signals(struct job *j)
+{
+	const struct run_opts *o = j->o;
 	sigset_t set;
-	int status = 1, rc;
-	const char *env;
 
-	t_start = dptp_now();
-	timing = getenv("DPTP_RUN_TIMING") != NULL;
-	/* the grace period after the closing signal: ours, else newer
-	 * torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT (whole seconds), else 30 s;
-	 * an empty variable counts as unset */
-	static const char *const stop_vars[] = {"DPTP_RUN_STOP_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"};
-	for (size_t i = 0; i < DPTP_ARRAY_LEN(stop_vars); i++) {
-		if (!(env = getenv(stop_vars[i])) || !*env)
-			continue;
-		uint64_t secs;
-		if (i == 0 ? dptp_parse_double(env, 0, 86400, &j.stop_timeout) < 0
-			   : dptp_parse_u64(env, 0, 86400, false, &secs) < 0) {
-			fprintf(stderr, "dptp-run: error: invalid %s '%s'\n", stop_vars[i], env);
-			return 2;
-		}
-		if (i == 1)
-			j.stop_timeout = (double)secs;
-		break;
-	}
-	if ((env = getenv("DPTP_RUN_EXIT_BARRIER_TIMEOUT")) && *env &&
-	    dptp_parse_double(env, 0, 86400, &j.barrier_timeout) < 0) {
-		fprintf(stderr, "dptp-run: error: invalid DPTP_RUN_EXIT_BARRIER_TIMEOUT '%s'\n", env);
-		return 2;
-	}
-	env = getenv("LOGLEVEL");
-	j.info_log = env && (!strcasecmp(env, "INFO") || !strcasecmp(env, "DEBUG"));
-	if (o->logs_specs) {
-		/* torch loads the entry point and raises ValueError without one;
-		 * dptp-run cannot load a Python class: it says so and goes on */
-		char msg[512];
-		if ((rc = env_logs_specs_known(o->logs_specs, &err)) == 1) {
-			fprintf(stderr, "dptp-run: warning: --logs-specs=%s is a Python entry point and is not loaded; the default layout under --log-dir is used\n",
-				o->logs_specs);
-		} else {
-			if (rc == 0)
-				snprintf(msg, sizeof(msg), "ValueError: Could not find entrypoint under 'torchrun.logs_specs[%s]' key",
-					 o->logs_specs);
-			else
-				snprintf(msg, sizeof(msg), "--logs-specs=%s: %s", o->logs_specs, err.msg);
-			fprintf(stderr, rc == 0 ? "%s\n" : "dptp-run: error: %s\n", msg);
-			record_own_failure(&j, msg);
-			return 1;
-		}
-	}
-
-	/* every signal we care about arrives through the signalfd; blocked
-	 * before PMIx starts its threads so that they inherit the mask */
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
 	for (size_t i = 0; i < o->nsignals; i++)
@@ -883,162 +862,204 @@ int supervise_run(const struct run_opts *o)
 	/* as mpirun: SIGUSR1 and SIGUSR2 go to the workers (unless
 	 * --signals-to-handle makes them death signals, torchrun's rule) */
 	sigset_t all = set;
-	sigemptyset(&j.forward);
+	sigemptyset(&j->forward);
 	for (int s = SIGUSR1; s; s = s == SIGUSR1 ? SIGUSR2 : 0)
 		if (!sigismember(&set, s)) {
-			sigaddset(&j.forward, s);
+			sigaddset(&j->forward, s);
 			sigaddset(&all, s);
 		}
-	if (sigprocmask(SIG_BLOCK, &all, NULL) < 0 || (j.sigfd = signalfd(-1, &all, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
+	if (sigprocmask(SIG_BLOCK, &all, NULL) < 0 || (j->sigfd = signalfd(-1, &all, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
 		fprintf(stderr, "dptp-run: error: signalfd: %s\n", strerror(errno));
-		return 1;
+		return -1;
 	}
 	signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the launcher */
 	sigdelset(&set, SIGCHLD);
-	j.rdzv_sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	j->rdzv_sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	return 0;
+}
 
-	if (rendezvous_init(&j.rdzv, o, &err) < 0 || logs_dirs_init(&j.logs, o->log_dir, j.rdzv.run_id, &err) < 0 ||
-	    env_build_command(o, &j.cmd, &err) < 0 || audit_job_start(o->audit, j.logs.run_dir, &err) < 0) {
+/* What every attempt shares: the rendezvous, the log folders, the worker
+ * command, the audit, the event log, the output filters, the NUMA plan,
+ * the worker guard and the PMIx server. Returns 0, else the exit status
+ * (what failed is said). */
+static int job_setup(struct job *j)
+{
+	const struct run_opts *o = j->o;
+	struct dptp_err err = {0};
+	int rc;
+
+	if (rendezvous_init(&j->rdzv, o, &err) < 0 || logs_dirs_init(&j->logs, o->log_dir, j->rdzv.run_id, &err) < 0 ||
+	    env_build_command(o, &j->cmd, &err) < 0 || audit_job_start(o->audit, j->logs.run_dir, &err) < 0) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
-		goto out;
+		return 1;
 	}
-	if (events_init(&j.ev, o->event_log_handler, STDERR_FILENO) < 0) {
+	if (events_init(&j->ev, o->event_log_handler, STDERR_FILENO) < 0) {
 		fprintf(stderr, "dptp-run: error: --event-log-handler=%s: there is no such handler (console, dynamic_rendezvous, null)\n",
 			o->event_log_handler);
-		goto out;
+		return 1;
 	}
-	j.ev.run_id = j.rdzv.run_id;
-	j.ev.role = o->role;
-	j.ev.backend = o->standalone ? "c10d" : o->rdzv_backend;
-	j.ev.max_restarts = o->max_restarts;
+	j->ev.run_id = j->rdzv.run_id;
+	j->ev.role = o->role;
+	j->ev.backend = o->standalone ? "c10d" : o->rdzv_backend;
+	j->ev.max_restarts = o->max_restarts;
 	{
-		const char *base = strrchr(j.cmd.path, '/');
-		j.ev.entry_point = strdup(o->run_path ? "run_script_path" : base ? base + 1 : j.cmd.path);
+		const char *base = strrchr(j->cmd.path, '/');
+		j->ev.entry_point = strdup(o->run_path ? "run_script_path" : base ? base + 1 : j->cmd.path);
 	}
-	if (logs_filters_parse(o->dup_stdout_filters, &j.dup[0]) < 0 || logs_filters_parse(o->dup_stderr_filters, &j.dup[1]) < 0) {
+	if (logs_filters_parse(o->dup_stdout_filters, &j->dup[0]) < 0 || logs_filters_parse(o->dup_stderr_filters, &j->dup[1]) < 0) {
 		fprintf(stderr, "dptp-run: error: out of memory\n");
-		goto out;
+		return 1;
 	}
 	/* torch binds as each worker starts and fails there; the devices and
 	 * the topology do not change, so a bad setup fails before the rendezvous */
-	if (o->numa_binding && numa_plan_build(&j.numa, o->numa_binding, o->nproc, &err) < 0) {
+	if (o->numa_binding && numa_plan_build(&j->numa, o->numa_binding, o->nproc, &err) < 0) {
 		fprintf(stderr, "dptp-run: error: --numa-binding=%s: %s\n", o->numa_binding, err.msg);
-		goto out;
+		return 1;
 	}
-	j.rdzv.abort_fd = j.rdzv_sigfd;
-	j.rdzv.info_log = j.info_log;
+	j->rdzv.abort_fd = j->rdzv_sigfd;
+	j->rdzv.info_log = j->info_log;
 	phase("rendezvous, log dirs");
 	spawn_prepare();
-	if ((rc = guard_start(&j.guard)) < 0)
+	if ((rc = guard_start(&j->guard)) < 0)
 		fprintf(stderr, "dptp-run: warning: no worker guard (%s): a SIGKILLed launcher leaves its workers' children\n",
 			strerror(-rc));
-	dptp_hostname(j.hostname, sizeof(j.hostname));
-	if ((rc = pmix_srv_init(&j.srv, guard_dir, &j.guard, &err)) == -EINVAL) {
+	dptp_hostname(j->hostname, sizeof(j->hostname));
+	if ((rc = pmix_srv_init(&j->srv, guard_dir, &j->guard, &err)) == -EINVAL) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
-		status = 2;
-		goto out;
+		return 2;
 	} else if (rc < 0) {
 		fprintf(stderr, "dptp-run: warning: %s; workers get no PMIx server\n", err.msg);
 	}
-	j.srv.slots = rdzv_common_slots();
+	j->srv.slots = rdzv_common_slots();
 	phase("pmix server up");
+	return 0;
+}
+
+/* A successful attempt of several nodes: torchrun's exit barrier keeps
+ * node 0 (the store) up until every node is done. ATT_FAILED when another
+ * node reported a failed attempt meanwhile. */
+static enum attempt_result exit_barrier(struct job *j)
+{
+	struct dptp_err err = {0};
+	int b = rendezvous_exit_barrier(&j->rdzv, j->barrier_timeout, &err);
+	if (b < 0)
+		logmsg('W', "exit barrier: %s", err.msg);
+	else if (b == 1) {
+		logmsg('E', "another node reported a failed attempt %u after this node's workers succeeded",
+			j->restart_count);
+		return ATT_FAILED;
+	}
+	return ATT_OK;
+}
+
+/* No restart left: torchrun's ChildFailedError with the failure report,
+ * and the root cause in the parent's error file. */
+static void report_job_failed(struct job *j)
+{
+	char host[256];
+
+	end_events(j, true);
+	dptp_getfqdn(host, sizeof(host));
+	if (j->nfail) { /* none when only another node failed: it reports */
+		fputs("ChildFailedError: \n", stderr);
+		failure_report_write(stderr, j->cmd.entry_name, j->fail, j->nfail, host);
+		/* as torchrun's @record on its own main: schedulers that
+		 * started the launcher read the root cause there */
+		const char *parent = getenv("TORCHELASTIC_ERROR_FILE");
+		if (parent && *parent && failure_dump_root_cause(&j->fail[failure_root(j->fail, j->nfail)], parent) == 0 &&
+		    j->info_log)
+			logmsg('I', "dumped error file to parent's %s", parent);
+	}
+}
+
+/* Runs attempts until one ends the job: restarts after failures while
+ * --max-restarts allows, regroups without counting. Returns the exit
+ * status (<0: a death signal, re-raised by job_end()). */
+static int run_attempts(struct job *j)
+{
+	const struct run_opts *o = j->o;
+	int status = 1;
 
 	for (;;) {
-		enum attempt_result r = attempt(&j);
-		if (r == ATT_OK && j.rdzv.multi) {
-			/* torchrun's exit barrier keeps node 0 (the store) up
-			 * until every node is done */
-			int b = rendezvous_exit_barrier(&j.rdzv, j.barrier_timeout, &err);
-			if (b < 0)
-				logmsg('W', "exit barrier: %s", err.msg);
-			else if (b == 1) {
-				logmsg('E', "another node reported a failed attempt %u after this node's workers succeeded",
-					j.restart_count);
-				r = ATT_FAILED;
-			}
-		}
+		enum attempt_result r = attempt(j);
+		if (r == ATT_OK && j->rdzv.multi)
+			r = exit_barrier(j);
 		if (r == ATT_OK) {
-			end_events(&j, false);
+			end_events(j, false);
 			status = 0;
 			break;
 		}
 		if (r == ATT_REGROUP) { /* a membership change is no failure: not counted */
-			free_workers(&j);
-			pmix_srv_deregister_job(&j.srv);
+			free_workers(j);
+			pmix_srv_deregister_job(&j->srv);
 			continue;
 		}
 		if (r == ATT_RDZV_SIGNAL) {
-			rdzv_signal_exit(&j, &status);
-			if (j.started_once)
-				signal_event(&j);
+			rdzv_signal_exit(j, &status);
+			if (j->started_once)
+				signal_event(j);
 			break;
 		}
 		if (r == ATT_FAILED)
-			rendezvous_report_failure(&j.rdzv);
+			rendezvous_report_failure(&j->rdzv);
 		if (r == ATT_SIGNALLED) {
-			rendezvous_report_failure(&j.rdzv); /* the other nodes stop now, not on a lost heartbeat */
-			j.rdzv.no_grace = true;
-			signal_event(&j);
-			signal_exception(&j);
+			rendezvous_report_failure(&j->rdzv); /* the other nodes stop now, not on a lost heartbeat */
+			j->rdzv.no_grace = true;
+			signal_event(j);
+			signal_exception(j);
 			break;
 		}
 		if (r == ATT_ERROR) {
-			failed_event(&j, j.last_error);
-			record_own_failure(&j, j.last_error);
+			failed_event(j, j->last_error);
+			record_own_failure(j, j->last_error);
 			break;
 		}
-		if (j.lost[0]) { /* a static job cannot go on without a node */
-			end_events(&j, true);
-			fprintf(stderr, "dptp-run: error: %s; the job failed\n", j.lost);
-			record_own_failure(&j, j.lost);
+		if (j->lost[0]) { /* a static job cannot go on without a node */
+			end_events(j, true);
+			fprintf(stderr, "dptp-run: error: %s; the job failed\n", j->lost);
+			record_own_failure(j, j->lost);
 			break;
 		}
-		if (j.restart_count < o->max_restarts) {
-			unsigned left = o->max_restarts - j.restart_count;
-			if (j.info_log)
+		if (j->restart_count < o->max_restarts) {
+			unsigned left = o->max_restarts - j->restart_count;
+			if (j->info_log)
 				logmsg('I', "[%s] Worker group FAILED. %u/%u attempts left; will restart worker group", o->role, left,
 					o->max_restarts);
-			free_workers(&j);
-			pmix_srv_deregister_job(&j.srv); /* the next attempt gets a new nspace */
-			j.restart_count++;
+			free_workers(j);
+			pmix_srv_deregister_job(&j->srv); /* the next attempt gets a new nspace */
+			j->restart_count++;
 			continue;
 		}
-		end_events(&j, true);
-		char host[256];
-		dptp_getfqdn(host, sizeof(host));
-		if (j.nfail) { /* none when only another node failed: it reports */
-			fputs("ChildFailedError: \n", stderr);
-			failure_report_write(stderr, j.cmd.entry_name, j.fail, j.nfail, host);
-			/* as torchrun's @record on its own main: schedulers that
-			 * started the launcher read the root cause there */
-			const char *parent = getenv("TORCHELASTIC_ERROR_FILE");
-			if (parent && *parent && failure_dump_root_cause(&j.fail[failure_root(j.fail, j.nfail)], parent) == 0 &&
-			    j.info_log)
-				logmsg('I', "dumped error file to parent's %s", parent);
-		}
+		report_job_failed(j);
 		break;
 	}
-out:
-	free_workers(&j);
-	guard_stop(&j.guard);
+	return status;
+}
+
+/* Releases what job_setup() made, in order; a death signal that torch had
+ * no handler for yet (status < 0) is re-raised. Returns the exit status. */
+static int job_end(struct job *j, int status)
+{
+	free_workers(j);
+	guard_stop(&j->guard);
 	phase("workers freed");
 	if (status == 0)
-		pmix_srv_finalize(&j.srv);
+		pmix_srv_finalize(&j->srv);
 	else
-		pmix_srv_abandon(&j.srv);
+		pmix_srv_abandon(&j->srv);
 	phase("pmix server finalized");
-	if (j.rdzv.ops)
-		j.rdzv.ops->shutdown(&j.rdzv);
-	logs_dirs_release(&j.logs);
-	numa_plan_release(&j.numa);
-	events_release(&j.ev);
-	logs_filters_release(&j.dup[0]);
-	logs_filters_release(&j.dup[1]);
-	env_command_release(&j.cmd);
-	if (j.sigfd >= 0)
-		close(j.sigfd);
-	if (j.rdzv_sigfd >= 0)
-		close(j.rdzv_sigfd);
+	if (j->rdzv.ops)
+		j->rdzv.ops->shutdown(&j->rdzv);
+	logs_dirs_release(&j->logs);
+	numa_plan_release(&j->numa);
+	events_release(&j->ev);
+	logs_filters_release(&j->dup[0]);
+	logs_filters_release(&j->dup[1]);
+	env_command_release(&j->cmd);
+	if (j->sigfd >= 0)
+		close(j->sigfd);
+	if (j->rdzv_sigfd >= 0)
+		close(j->rdzv_sigfd);
 	phase("finalized");
 	if (status < 0) { /* torch had no handler yet: the signal's own end */
 		sigset_t one;
@@ -1050,4 +1071,29 @@ out:
 		return 128 - status;
 	}
 	return status;
+}
+
+int supervise_run(const struct run_opts *o)
+{
+	struct job j = {.o = o, .n = o->nproc, .sigfd = -1, .rdzv_sigfd = -1, .dup_fd = {-1, -1}};
+	struct run_opts_env env;
+	const char *bad;
+	int status;
+
+	t_start = dptp_now();
+	timing = getenv("DPTP_RUN_TIMING") != NULL;
+	if (run_opts_env_read(&env, &bad) < 0) {
+		fprintf(stderr, "dptp-run: error: invalid %s '%s'\n", bad, getenv(bad));
+		return 2;
+	}
+	j.stop_timeout = env.stop_timeout;
+	j.barrier_timeout = env.barrier_timeout;
+	j.info_log = env.info_log;
+	if ((status = check_logs_specs(&j)) != 0)
+		return status;
+	if (take_signals(&j) < 0)
+		return 1;
+	if ((status = job_setup(&j)) == 0)
+		status = run_attempts(&j);
+	return job_end(&j, status);
 }

@@ -888,6 +888,35 @@ enum run_opts_result run_opts_parse(struct run_opts *o, int argc, char **argv, F
 	return r;
 }
 
+int run_opts_env_read(struct run_opts_env *e, const char **bad)
+{
+	static const char *const stop_vars[] = {"DPTP_RUN_STOP_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"};
+	const char *env;
+
+	*e = (struct run_opts_env){.stop_timeout = 30.0, .barrier_timeout = 300.0};
+	for (size_t i = 0; i < DPTP_ARRAY_LEN(stop_vars); i++) {
+		if (!(env = getenv(stop_vars[i])) || !*env)
+			continue;
+		uint64_t secs;
+		if (i == 0 ? dptp_parse_double(env, 0, 86400, &e->stop_timeout) < 0
+			   : dptp_parse_u64(env, 0, 86400, false, &secs) < 0) {
+			*bad = stop_vars[i];
+			return -EINVAL;
+		}
+		if (i == 1)
+			e->stop_timeout = (double)secs;
+		break;
+	}
+	if ((env = getenv("DPTP_RUN_EXIT_BARRIER_TIMEOUT")) && *env &&
+	    dptp_parse_double(env, 0, 86400, &e->barrier_timeout) < 0) {
+		*bad = "DPTP_RUN_EXIT_BARRIER_TIMEOUT";
+		return -EINVAL;
+	}
+	env = getenv("LOGLEVEL");
+	e->info_log = env && (!strcasecmp(env, "INFO") || !strcasecmp(env, "DEBUG"));
+	return 0;
+}
+
 void run_opts_release(struct run_opts *o)
 {
 	if (!o)

@@ -91,6 +91,22 @@ int run_opts_parse_endpoint(const char *ep, char *host, size_t hostlen, int *por
 /* Signal name (SIGTERM) to number; -1 when unknown. */
 int run_opts_signal_from_name(const char *name);
 
+/* What dptp-run reads from the environment besides PET_*: the grace
+ * period after the closing signal (DPTP_RUN_STOP_TIMEOUT, else newer
+ * torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT in whole seconds, else 30 s),
+ * the exit barrier's wait (DPTP_RUN_EXIT_BARRIER_TIMEOUT, else torch's
+ * 300 s) and torch's LOGLEVEL (INFO or DEBUG: the agent's info lines). An
+ * empty variable counts as unset. */
+struct run_opts_env {
+	double stop_timeout;
+	double barrier_timeout;
+	bool info_log;
+};
+
+/* Reads them into e. Returns 0, or -EINVAL with *bad set to the name of
+ * the variable whose value is invalid. */
+int run_opts_env_read(struct run_opts_env *e, const char **bad);
+
 void run_opts_print_help(FILE *f);
 void run_opts_print_usage(FILE *f);
 
