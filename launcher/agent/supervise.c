@@ -640,20 +640,128 @@ static void failed_event(struct job *j, const char *why)
 	events_agent(&j->ev, "FAILED", j->restart_count, -1, why);
 }
 
-static enum attempt_result attempt(struct job *j)
+/* Forgets what the last attempt left in the job. */
+static void attempt_reset(struct job *j)
 {
-	const struct run_opts *o = j->o;
-	struct dptp_err err = {0};
-	char *attempt_dir = NULL;
-	char nspace[128];
-	enum attempt_result res = ATT_ERROR;
-
 	j->stopping = j->killed = j->exec_failed = false;
 	j->signal_received = 0;
 	j->alive = 0;
 	j->peer_failed = -1;
 	j->lost[0] = '\0';
 	j->regroup = false;
+}
+
+/* Several dptp-run nodes: the cross-node link over node 0's store
+ * (fences, events, pids; heartbeats of its own in a static job). */
+static int start_xnode(struct job *j, struct dptp_err *err)
+{
+	const struct run_opts *o = j->o;
+	if (!j->info.nodes)
+		return 0;
+	return xnode_start(&j->xn, j->info.store_addr, j->info.store_port, j->info.dptp_prefix,
+		j->info.nodes, j->info.group_world_size, j->info.group_rank, o->rdzv_timeout,
+		/* static: heartbeats of its own (c10d has the rendezvous' keep-alive,
+		 * and a node leaving the round is no loss there) */
+		j->rdzv.c10d ? 0 : o->c10d.keep_alive_interval,
+		(double)o->c10d.keep_alive_interval * o->c10d.keep_alive_max_attempt, &j->srv, err);
+}
+
+/* torch opens (truncates) the file of each given filter list for every
+ * attempt, tee or not; --log-dir /dev/null has no attempt folder. */
+static int open_filtered_logs(struct job *j, const char *attempt_dir, struct dptp_err *err)
+{
+	for (int k = 0; k < 2; k++) {
+		char path[4300];
+		if (!j->dup[k].n || j->logs.devnull)
+			continue;
+		snprintf(path, sizeof(path), "%s/filtered_%s.log", attempt_dir, k ? "stderr" : "stdout");
+		j->dup_fd[k] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+		if (j->dup_fd[k] < 0)
+			return dptp_err_set(err, -errno, "cannot open '%s': %s", path, strerror(errno));
+	}
+	return 0;
+}
+
+/* This attempt's workers, not started yet: ranks, output streams, error
+ * files. */
+static int make_workers(struct job *j, const char *attempt_dir, struct dptp_err *err)
+{
+	j->w = calloc(j->n, sizeof(*j->w));
+	if (!j->w)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	for (unsigned i = 0; i < j->n; i++) {
+		struct worker *w = &j->w[i];
+		w->local_rank = i;
+		w->global_rank = j->info.base_global_rank + i;
+		logs_stream_init(&w->out);
+		logs_stream_init(&w->err);
+		if (j->logs.devnull)
+			w->error_file = strdup("");
+		else if (asprintf(&w->error_file, "%s/%u/error.json", attempt_dir, i) < 0)
+			w->error_file = NULL;
+		if (!w->error_file)
+			return dptp_err_set(err, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+/* The attempt's nspace and its clients, when the workers get a PMIx
+ * server (not in a job of mixed launchers). */
+static int register_nspace(struct job *j, struct dptp_err *err)
+{
+	char nspace[128];
+	if (!j->srv.up || j->info.mixed)
+		return 0;
+	snprintf(nspace, sizeof(nspace), "%s", j->info.nspace);
+	return pmix_srv_register_job(&j->srv, nspace, j->n, j->info.base_global_rank, j->info.global_world_size,
+		j->hostname, getuid(), getgid(), j->info.nodes, j->info.group_world_size, j->info.group_rank, err);
+}
+
+/* The other nodes' proc tables list ours. */
+static void publish_pids(struct job *j)
+{
+	pid_t *pids = calloc(j->n, sizeof(*pids));
+	for (unsigned i = 0; pids && i < j->n; i++)
+		pids[i] = j->w[i].pid;
+	if (pids)
+		xnode_publish_pids(j->xn, pids, j->n);
+	free(pids);
+}
+
+/* What an attempt whose workers are done comes to. */
+static enum attempt_result attempt_verdict(struct job *j)
+{
+	const struct run_opts *o = j->o;
+	if (j->signal_received)
+		return ATT_SIGNALLED;
+	if (j->regroup && j->nfail == 0)
+		return ATT_REGROUP;
+	/* the siblings that ended badly once the first failure stopped them */
+	for (unsigned i = 0; i < j->n; i++)
+		if (j->w[i].exitcode != 0 && !j->w[i].recorded && !j->w[i].alive)
+			record(j, &j->w[i], j->w[i].exitcode, NULL);
+	if (j->lost[0])
+		return ATT_FAILED;
+	if (!j->nfail && j->peer_failed >= 0) {
+		logmsg('E', "the job failed on another node; this node's workers had succeeded");
+		return ATT_FAILED;
+	}
+	if (j->nfail) {
+		const struct failure *f = &j->fail[0];
+		logmsg('E', "failed (exitcode: %d) local_rank: %u (pid: %d) of binary: %s", f->exitcode, f->local_rank,
+			(int)f->pid, o->no_python && !o->run_path ? o->script : j->cmd.path);
+		return ATT_FAILED;
+	}
+	return ATT_OK;
+}
+
+static enum attempt_result attempt(struct job *j)
+{
+	struct dptp_err err = {0};
+	char *attempt_dir = NULL;
+	enum attempt_result res = ATT_ERROR;
+
+	attempt_reset(j);
 	double t0 = dptp_now();
 	int nrc = j->rdzv.ops->next(&j->rdzv, j->restart_count, &j->info, &err);
 	double rdzv_ms = (dptp_now() - t0) * 1e3;
@@ -673,60 +781,19 @@ static enum attempt_result attempt(struct job *j)
 			"torchrun environment; MPI_Init fails rather than start a one-process world)");
 		j->warned_mixed = true;
 	}
-	if (j->info.nodes && xnode_start(&j->xn, j->info.store_addr, j->info.store_port, j->info.dptp_prefix,
-		j->info.nodes, j->info.group_world_size, j->info.group_rank, o->rdzv_timeout,
-		/* static: heartbeats of its own (c10d has the rendezvous' keep-alive,
-		 * and a node leaving the round is no loss there) */
-		j->rdzv.c10d ? 0 : o->c10d.keep_alive_interval,
-		(double)o->c10d.keep_alive_interval * o->c10d.keep_alive_max_attempt, &j->srv, &err) < 0)
+	if (start_xnode(j, &err) < 0 || logs_dirs_attempt(&j->logs, j->restart_count, j->n, &attempt_dir, &err) < 0 ||
+	    open_filtered_logs(j, attempt_dir, &err) < 0)
 		goto error;
-	if (logs_dirs_attempt(&j->logs, j->restart_count, j->n, &attempt_dir, &err) < 0)
-		goto error;
-	/* torch opens (truncates) the file of each given filter list for every
-	 * attempt, tee or not; --log-dir /dev/null has no attempt folder */
-	for (int k = 0; k < 2; k++) {
-		char path[4300];
-		if (!j->dup[k].n || j->logs.devnull)
-			continue;
-		snprintf(path, sizeof(path), "%s/filtered_%s.log", attempt_dir, k ? "stderr" : "stdout");
-		j->dup_fd[k] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-		if (j->dup_fd[k] < 0) {
-			dptp_err_set(&err, -errno, "cannot open '%s': %s", path, strerror(errno));
-			goto error;
-		}
-	}
 	t0 = dptp_now();
-	j->w = calloc(j->n, sizeof(*j->w));
-	if (!j->w) {
-		dptp_err_set(&err, -ENOMEM, "out of memory");
+	if (make_workers(j, attempt_dir, &err) < 0)
 		goto error;
-	}
-	for (unsigned i = 0; i < j->n; i++) {
-		struct worker *w = &j->w[i];
-		w->local_rank = i;
-		w->global_rank = j->info.base_global_rank + i;
-		logs_stream_init(&w->out);
-		logs_stream_init(&w->err);
-		if (j->logs.devnull)
-			w->error_file = strdup("");
-		else if (asprintf(&w->error_file, "%s/%u/error.json", attempt_dir, i) < 0)
-			w->error_file = NULL;
-		if (!w->error_file) {
-			dptp_err_set(&err, -ENOMEM, "out of memory");
-			goto error;
-		}
-	}
 	/* as torch: the event still shows the previous group */
 	events_agent(&j->ev, "ASSIGN_WORKER_RANKS", j->restart_count, (dptp_now() - t0) * 1e3, NULL);
 	j->ev.have_group = true;
 	j->ev.group_rank = j->info.group_rank;
 	j->ev.group_world_size = j->info.group_world_size;
-	if (j->srv.up && !j->info.mixed) {
-		snprintf(nspace, sizeof(nspace), "%s", j->info.nspace);
-		if (pmix_srv_register_job(&j->srv, nspace, j->n, j->info.base_global_rank, j->info.global_world_size,
-			j->hostname, getuid(), getgid(), j->info.nodes, j->info.group_world_size, j->info.group_rank, &err) < 0)
-			goto error;
-	}
+	if (register_nspace(j, &err) < 0)
+		goto error;
 	phase("nspace and clients registered");
 	if (start_workers(j, attempt_dir, &err) < 0) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
@@ -737,14 +804,8 @@ static enum attempt_result attempt(struct job *j)
 		goto out;
 	}
 	phase("workers started");
-	if (j->xn) { /* the other nodes' proc tables list ours */
-		pid_t *pids = calloc(j->n, sizeof(*pids));
-		for (unsigned i = 0; pids && i < j->n; i++)
-			pids[i] = j->w[i].pid;
-		if (pids)
-			xnode_publish_pids(j->xn, pids, j->n);
-		free(pids);
-	}
+	if (j->xn)
+		publish_pids(j);
 	j->started_once = true;
 	for (unsigned i = 0; i < j->n; i++) {
 		struct event_worker ew = worker_event(j, i);
@@ -754,31 +815,7 @@ static enum attempt_result attempt(struct job *j)
 	phase("workers done");
 	xnode_stop(j->xn); /* fences still pending fail: their workers are gone */
 	j->xn = NULL;
-	if (j->signal_received) {
-		res = ATT_SIGNALLED;
-		goto out;
-	}
-	if (j->regroup && j->nfail == 0) {
-		res = ATT_REGROUP;
-		goto out;
-	}
-	/* the siblings that ended badly once the first failure stopped them */
-	for (unsigned i = 0; i < j->n; i++)
-		if (j->w[i].exitcode != 0 && !j->w[i].recorded && !j->w[i].alive)
-			record(j, &j->w[i], j->w[i].exitcode, NULL);
-	if (j->lost[0]) {
-		res = ATT_FAILED;
-	} else if (!j->nfail && j->peer_failed >= 0) {
-		logmsg('E', "the job failed on another node; this node's workers had succeeded");
-		res = ATT_FAILED;
-	} else if (j->nfail) {
-		const struct failure *f = &j->fail[0];
-		logmsg('E', "failed (exitcode: %d) local_rank: %u (pid: %d) of binary: %s", f->exitcode, f->local_rank,
-			(int)f->pid, o->no_python && !o->run_path ? o->script : j->cmd.path);
-		res = ATT_FAILED;
-	} else {
-		res = ATT_OK;
-	}
+	res = attempt_verdict(j);
 	goto out;
 error:
 	fprintf(stderr, "dptp-run: error: %s\n", err.msg);
