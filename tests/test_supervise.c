@@ -12,7 +12,9 @@
  * none left the job ends 1: its surviving worker gets SIGTERM, then, not
  * before the grace period, SIGKILL, and the report's root cause is the
  * first failure; a PMIx client that exits 0 without PMIx_Finalize is a
- * failure, one that finalized is not. */
+ * failure, one that finalized is not; a death signal to the launcher
+ * stops the workers with that signal and ends the job without a restart;
+ * SIGUSR1 goes to the workers and the job goes on. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,6 +46,8 @@ struct behaviour {
 	bool ignore_term; /* SIGTERM does not end it (SIGKILL does) */
 };
 static struct behaviour (*script)(unsigned attempt, unsigned local_rank);
+/* a signal the launcher receives at this waitpid call (0: none) */
+static int signal_at_call, signal_to_send;
 static enum pmix_srv_client client_state = PMIX_SRV_CLIENT_NONE;
 
 enum { MAX_W = 16, MAX_SIG = 64 };
@@ -54,6 +58,7 @@ struct fake_worker {
 	long started_at; /* waitpid calls then */
 	bool dead, reaped;
 	int status;
+	double reaped_at; /* when waitpid reported it */
 };
 static struct fake_worker fw[MAX_W];
 static unsigned nfw, nattempt, nspawn_in_attempt;
@@ -85,6 +90,7 @@ static void reset(void)
 	nreports = report_n = report_root = 0;
 	memset(&root, 0, sizeof(root));
 	client_state = PMIX_SRV_CLIENT_NONE;
+	signal_at_call = signal_to_send = 0;
 }
 
 static struct fake_worker *find(pid_t pid)
@@ -173,6 +179,8 @@ pid_t __wrap_waitpid(pid_t pid, int *st, int flags)
 	if (pid != -1 || !(flags & WNOHANG))
 		return __real_waitpid(pid, st, flags);
 	nwait++;
+	if (signal_at_call && nwait == signal_at_call)
+		kill(getpid(), signal_to_send); /* blocked: it waits in supervise's signalfd */
 	for (unsigned i = 0; i < nfw; i++) {
 		struct fake_worker *w = &fw[i];
 		if (w->reaped)
@@ -183,6 +191,7 @@ pid_t __wrap_waitpid(pid_t pid, int *st, int flags)
 		}
 		if (w->dead) {
 			w->reaped = true;
+			w->reaped_at = dptp_now();
 			*st = w->status;
 			return w->pid;
 		}
@@ -431,7 +440,9 @@ static void test_teardown_when_none_left(void **state)
 	assert_true(term >= 0);
 	assert_true(cont > term);
 	assert_true(kill9 > cont);
-	assert_true(sigs[kill9].at - sigs[term].at >= 0.2);
+	/* the grace period runs from when the failure was seen (the
+	 * deadline is set before the SIGTERMs go out) */
+	assert_true(sigs[kill9].at - fw[1].reaped_at >= 0.2);
 	assert_true(fw[0].reaped && fw[1].reaped);
 	/* the report: both failures, the root cause the first one */
 	assert_int_equal(nreports, 1);
@@ -487,6 +498,53 @@ static void test_exit0_after_finalize_succeeds(void **state)
 	assert_int_equal(nreports, 0);
 }
 
+static struct behaviour run_until_signalled(unsigned attempt, unsigned lr)
+{
+	(void)lr;
+	/* a restart (wrong) would end at once, not hang the test */
+	return attempt ? (struct behaviour){.exit_after = 1} : (struct behaviour){.exit_after = -1};
+}
+
+static struct behaviour exit0_later(unsigned attempt, unsigned lr)
+{
+	(void)attempt, (void)lr;
+	return (struct behaviour){.exit_after = 20, .code = 0};
+}
+
+/* a death signal to the launcher is no worker failure: the workers get
+ * that signal, the job ends 1 with restarts left, no failure report */
+static void test_death_signal_no_restart(void **state)
+{
+	(void)state;
+	reset();
+	script = run_until_signalled;
+	signal_at_call = 3;
+	signal_to_send = SIGTERM;
+	assert_int_equal(run(2, 3, "30"), 1);
+	assert_int_equal(nrounds, 1);
+	assert_int_equal(nfw, 2);
+	assert_true(sent(fw[0].pid, SIGTERM) >= 0);
+	assert_true(sent(fw[1].pid, SIGTERM) >= 0);
+	assert_int_equal(nreports, 0);
+}
+
+/* SIGUSR1 to the launcher goes to every worker's group, as mpirun does,
+ * and the job goes on */
+static void test_sigusr1_forwarded(void **state)
+{
+	(void)state;
+	reset();
+	script = exit0_later;
+	signal_at_call = 3;
+	signal_to_send = SIGUSR1;
+	assert_int_equal(run(2, 0, "30"), 0);
+	assert_int_equal(nrounds, 1);
+	assert_true(sent(fw[0].pid, SIGUSR1) >= 0);
+	assert_true(sent(fw[1].pid, SIGUSR1) >= 0);
+	assert_int_equal(sent(fw[0].pid, SIGTERM), -1);
+	assert_int_equal(nreports, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -495,6 +553,8 @@ int main(void)
 		cmocka_unit_test(test_restarts_used_up),
 		cmocka_unit_test(test_exit0_without_finalize_fails),
 		cmocka_unit_test(test_exit0_after_finalize_succeeds),
+		cmocka_unit_test(test_death_signal_no_restart),
+		cmocka_unit_test(test_sigusr1_forwarded),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	free(report);
