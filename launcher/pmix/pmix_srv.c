@@ -1129,27 +1129,12 @@ static int job_maps(const struct rdzv_node *nodes, unsigned nnodes, const char *
 	return 0;
 }
 
-int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nlocal,
-	unsigned base_rank, unsigned world, const char *hostname, uid_t uid, gid_t gid,
-	const struct rdzv_node *nodes, unsigned nnodes, unsigned my_node,
-	struct dptp_err *err)
+/* Keeps what the server answers for from the job: its nspace, this node's
+ * share of the ranks, the nodes and the universe as mpirun counts it
+ * (every node's slots). -ENOMEM. */
+static int job_keep(struct pmix_srv *s, const char *nspace, unsigned nlocal, unsigned base_rank, unsigned world,
+	const char *hostname, const struct rdzv_node *nodes, unsigned nnodes)
 {
-	char *hostlist = NULL, *proclist = NULL;
-	void *list = NULL;
-	pmix_data_array_t darray = PMIX_DATA_ARRAY_STATIC_INIT;
-	char *peers = NULL, *regex = NULL, *ppn = NULL;
-	size_t plen = (size_t)nlocal * 12 + 1, off = 0;
-	pmix_status_t rc;
-	int ret = -ENOMEM;
-	uint32_t u32;
-	pmix_rank_t rk;
-	bool f = false;
-	unsigned submitted = 0;
-
-	if (!s->up)
-		return dptp_err_set(err, -ENOTCONN, "pmix server is not running");
-	if (s->fd_hwm > 0)
-		hold_released_fds(s);
 	snprintf(s->nspace, sizeof(s->nspace), "%s", nspace);
 	snprintf(s->hostname, sizeof(s->hostname), "%s", hostname);
 	s->nlocal = nlocal;
@@ -1162,70 +1147,80 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	s->rpids = NULL;
 	s->nnodes = 0;
 	if (!(s->procs = calloc(nlocal ? nlocal : 1, sizeof(*s->procs))))
-		goto nomem;
-	/* the universe as mpirun counts it: every node's slots */
+		return -ENOMEM;
 	s->univ = s->slots ? s->slots : nlocal;
 	if (nodes) {
 		if (!(s->nodes = calloc(nnodes, sizeof(*nodes))) || !(s->rpids = calloc(world ? world : 1, sizeof(pid_t))))
-			goto nomem;
+			return -ENOMEM;
 		memcpy(s->nodes, nodes, nnodes * sizeof(*nodes));
 		s->nnodes = nnodes;
 		s->univ = 0;
 		for (unsigned k = 0; k < nnodes; k++)
 			s->univ += nodes[k].slots ? nodes[k].slots : nodes[k].nproc;
 	}
+	return 0;
+}
 
-	peers = malloc(plen);
+/* This node's ranks, "3,4,5" (PMIX_LOCAL_PEERS); NULL when out of memory. */
+static char *local_peers(unsigned nlocal, unsigned base_rank)
+{
+	size_t plen = (size_t)nlocal * 12 + 1, off = 0;
+	char *peers = malloc(plen);
 	if (!peers)
-		goto nomem;
+		return NULL;
 	peers[0] = '\0';
 	for (unsigned i = 0; i < nlocal; i++)
 		off += (size_t)snprintf(peers + off, plen - off, "%s%u", i ? "," : "", base_rank + i);
-	if (job_maps(nodes, nnodes, hostname, base_rank, nlocal, &hostlist, &proclist) < 0)
-		goto nomem;
-	if (PMIx_generate_regex(hostlist, &regex) != PMIX_SUCCESS || PMIx_generate_ppn(proclist, &ppn) != PMIX_SUCCESS) {
-		ret = dptp_err_set(err, -EIO, "pmix cannot encode the node/proc map of '%s'", hostlist);
-		goto out;
-	}
+	return peers;
+}
 
-	list = PMIx_Info_list_start();
-	if (!list)
-		goto nomem;
+/* The job-level keys of the nspace. Non-zero when out of memory. */
+static int job_info_add(const struct pmix_srv *s, void *list, const char *nspace, unsigned nlocal, unsigned base_rank,
+	unsigned world, unsigned nnodes_or_1, const char *peers, const char *regex, const char *ppn)
+{
+	uint32_t u32;
+	pmix_rank_t rk;
+	bool f = false;
+
 	u32 = s->univ;
 	if (list_add(list, PMIX_UNIV_SIZE, &u32, PMIX_UINT32))
-		goto nomem;
+		return 1;
 	u32 = world;
 	if (list_add(list, PMIX_JOB_SIZE, &u32, PMIX_UINT32) ||
 	    list_add(list, PMIX_MAX_PROCS, &u32, PMIX_UINT32) || list_add(list, PMIX_APP_SIZE, &u32, PMIX_UINT32))
-		goto nomem;
+		return 1;
 	u32 = nlocal;
 	if (list_add(list, PMIX_LOCAL_SIZE, &u32, PMIX_UINT32) || list_add(list, PMIX_NODE_SIZE, &u32, PMIX_UINT32))
-		goto nomem;
+		return 1;
 	u32 = 1;
 	if (list_add(list, PMIX_JOB_NUM_APPS, &u32, PMIX_UINT32))
-		goto nomem;
-	u32 = nodes ? nnodes : 1;
+		return 1;
+	u32 = nnodes_or_1;
 	if (list_add(list, PMIX_NUM_NODES, &u32, PMIX_UINT32))
-		goto nomem;
+		return 1;
 	rk = base_rank;
 	if (list_add(list, PMIX_LOCALLDR, &rk, PMIX_PROC_RANK))
-		goto nomem;
+		return 1;
 	rk = 0;
 	if (list_add(list, PMIX_APPLDR, &rk, PMIX_PROC_RANK))
-		goto nomem;
-	if (list_add(list, PMIX_LOCAL_PEERS, peers, PMIX_STRING) || list_add(list, PMIX_NODE_MAP, regex, PMIX_REGEX) ||
-	    list_add(list, PMIX_PROC_MAP, ppn, PMIX_REGEX) || list_add(list, PMIX_JOBID, nspace, PMIX_STRING) ||
-	    list_add(list, PMIX_SPAWNED, &f, PMIX_BOOL))
-		goto nomem;
+		return 1;
+	return list_add(list, PMIX_LOCAL_PEERS, peers, PMIX_STRING) || list_add(list, PMIX_NODE_MAP, regex, PMIX_REGEX) ||
+	       list_add(list, PMIX_PROC_MAP, ppn, PMIX_REGEX) || list_add(list, PMIX_JOBID, nspace, PMIX_STRING) ||
+	       list_add(list, PMIX_SPAWNED, &f, PMIX_BOOL);
+}
+
+/* One PMIX_PROC_DATA array per local rank. Non-zero when out of memory. */
+static int proc_info_add(void *list, unsigned nlocal, unsigned base_rank, uint32_t nodeid, const char *hostname)
+{
 	for (unsigned i = 0; i < nlocal; i++) {
 		void *pl = PMIx_Info_list_start();
 		pmix_data_array_t pd = PMIX_DATA_ARRAY_STATIC_INIT;
 		pmix_rank_t r = base_rank + i;
 		uint16_t lr = (uint16_t)i;
-		uint32_t zero = 0, nodeid = nodes ? my_node : 0;
+		uint32_t zero = 0;
 		int bad;
 		if (!pl)
-			goto nomem;
+			return 1;
 		bad = list_add(pl, PMIX_RANK, &r, PMIX_PROC_RANK) || list_add(pl, PMIX_APPNUM, &zero, PMIX_UINT32) ||
 			list_add(pl, PMIX_APP_RANK, &r, PMIX_PROC_RANK) || list_add(pl, PMIX_GLOBAL_RANK, &r, PMIX_PROC_RANK) ||
 			list_add(pl, PMIX_LOCAL_RANK, &lr, PMIX_UINT16) || list_add(pl, PMIX_NODE_RANK, &lr, PMIX_UINT16) ||
@@ -1235,9 +1230,64 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 		PMIX_DATA_ARRAY_DESTRUCT(&pd);
 		PMIx_Info_list_release(pl);
 		if (bad)
-			goto nomem;
+			return 1;
 	}
-	if (PMIx_Info_list_convert(list, &darray) != PMIX_SUCCESS)
+	return 0;
+}
+
+/* Every client is registered before any of them is forked. */
+static int register_clients(struct pmix_srv *s, const char *nspace, unsigned nlocal, unsigned base_rank, uid_t uid,
+	gid_t gid, struct dptp_err *err)
+{
+	unsigned submitted = 0;
+	for (unsigned i = 0; i < nlocal; i++) {
+		pmix_proc_t proc;
+		PMIX_LOAD_PROCID(&proc, nspace, base_rank + i);
+		pmix_status_t rc = PMIx_server_register_client(&proc, uid, gid, NULL, opdone, NULL);
+		if (rc == PMIX_SUCCESS)
+			submitted++;
+		else if (rc != PMIX_OPERATION_SUCCEEDED) {
+			wait_ops(s, submitted, 10.0, "client registration", err);
+			return dptp_err_set(err, -EIO, "PMIx_server_register_client(rank %u) failed: %s", base_rank + i,
+					    PMIx_Error_string(rc));
+		}
+	}
+	return wait_ops(s, submitted, 10.0, "client registration", err);
+}
+
+int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nlocal,
+	unsigned base_rank, unsigned world, const char *hostname, uid_t uid, gid_t gid,
+	const struct rdzv_node *nodes, unsigned nnodes, unsigned my_node,
+	struct dptp_err *err)
+{
+	char *hostlist = NULL, *proclist = NULL;
+	void *list = NULL;
+	pmix_data_array_t darray = PMIX_DATA_ARRAY_STATIC_INIT;
+	char *peers = NULL, *regex = NULL, *ppn = NULL;
+	pmix_status_t rc;
+	int ret = -ENOMEM;
+	unsigned submitted = 0;
+
+	if (!s->up)
+		return dptp_err_set(err, -ENOTCONN, "pmix server is not running");
+	if (s->fd_hwm > 0)
+		hold_released_fds(s);
+	if (job_keep(s, nspace, nlocal, base_rank, world, hostname, nodes, nnodes) < 0)
+		goto nomem;
+
+	if (!(peers = local_peers(nlocal, base_rank)))
+		goto nomem;
+	if (job_maps(nodes, nnodes, hostname, base_rank, nlocal, &hostlist, &proclist) < 0)
+		goto nomem;
+	if (PMIx_generate_regex(hostlist, &regex) != PMIX_SUCCESS || PMIx_generate_ppn(proclist, &ppn) != PMIX_SUCCESS) {
+		ret = dptp_err_set(err, -EIO, "pmix cannot encode the node/proc map of '%s'", hostlist);
+		goto out;
+	}
+
+	list = PMIx_Info_list_start();
+	if (!list || job_info_add(s, list, nspace, nlocal, base_rank, world, nodes ? nnodes : 1, peers, regex, ppn) ||
+	    proc_info_add(list, nlocal, base_rank, nodes ? my_node : 0, hostname) ||
+	    PMIx_Info_list_convert(list, &darray) != PMIX_SUCCESS)
 		goto nomem;
 
 	rc = PMIx_server_register_nspace(nspace, (int)nlocal, (pmix_info_t *)darray.array, darray.size, opdone, NULL);
@@ -1250,22 +1300,7 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 	if ((ret = wait_ops(s, submitted, 10.0, "nspace registration", err)) < 0)
 		goto out;
 	s->nspace_registered = true;
-
-	/* every client is registered before any of them is forked */
-	submitted = 0;
-	for (unsigned i = 0; i < nlocal; i++) {
-		pmix_proc_t proc;
-		PMIX_LOAD_PROCID(&proc, nspace, base_rank + i);
-		rc = PMIx_server_register_client(&proc, uid, gid, NULL, opdone, NULL);
-		if (rc == PMIX_SUCCESS)
-			submitted++;
-		else if (rc != PMIX_OPERATION_SUCCEEDED) {
-			wait_ops(s, submitted, 10.0, "client registration", err);
-			ret = dptp_err_set(err, -EIO, "PMIx_server_register_client(rank %u) failed: %s", base_rank + i, PMIx_Error_string(rc));
-			goto out;
-		}
-	}
-	ret = wait_ops(s, submitted, 10.0, "client registration", err);
+	ret = register_clients(s, nspace, nlocal, base_rank, uid, gid, err);
 	goto out;
 nomem:
 	ret = dptp_err_set(err, -ENOMEM, "out of memory building the pmix job description");
