@@ -234,6 +234,119 @@ static int early_exit(const struct dptp_options *o, bool cuda, const char *msg)
 	return EXIT_ENV;
 }
 
+/* --help, --version, --list: printed, true; false for a run. */
+static bool print_info(const struct dptp_options *o)
+{
+	if (o->help) {
+		dptp_options_usage(stdout);
+		return true;
+	}
+	if (o->version) {
+		printf("dptp-check %s (backends: host%s%s)\n", DPTP_VERSION,
+		       DPTP_HAVE_CUDA ? ", cuda" : "", DPTP_HAVE_NCCL ? ", nccl" : "");
+		return true;
+	}
+	if (o->list) {
+		print_list();
+		return true;
+	}
+	return false;
+}
+
+/* After the bootstrap, a backend this run cannot have: rank 0 writes the
+ * report while the others wait (a launcher ends the job at the first
+ * exit). Returns the exit code, 3. */
+static int backend_missing(const struct dptp_options *o, struct dptp_bootstrap *b, bool cuda, const char *no_backend)
+{
+	fprintf(stderr, "dptp-check: %s\n", no_backend);
+	if (b->rank == 0 && o->output && dptp_stop_claim()) {
+		char why[256];
+		snprintf(why, sizeof(why), "not run: start-up: %s", no_backend);
+		(void)dptp_stop_report_not_run(o, b, b->size, cuda, DPTP_ERROR, why, EXIT_ENV, NULL, 0);
+	}
+	int code = dptp_cli_share_verdict(b, EXIT_ENV, false, 5);
+	dptp_stop_done(code);
+	dptp_bootstrap_destroy(b);
+	return code;
+}
+
+/* The start-up (dptp_ctx_init) failed with rc: the message, the report
+ * and the start-up's own exit code (2 a layout that does not fit, 3 the
+ * environment, 4 a timeout). Does not return while a fence is pending. */
+static int startup_failed(const struct dptp_options *o, struct dptp_bootstrap *b, bool cuda, struct dptp_ctx *c,
+			  int rc, const struct dptp_err *err)
+{
+	/* every rank finds the same layout problem: one line from rank 0 */
+	bool usage = rc == -EINVAL && c->layout.world == 0;
+	if (usage && b->rank == 0)
+		fprintf(stderr, "dptp-check: %s\n", err->msg);
+	else if (!usage)
+		fprintf(stderr, "dptp-check: rank %d: %s\n", b->rank, err->msg);
+	int code = usage ? EXIT_USAGE : (rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV);
+	bool stuck = c->x.broken;
+	if (usage || o->bench) {
+		/* rank 0's own words (every rank finds the same layout
+		 * problem); the bench has no per-check results to gather */
+		if (b->rank == 0 && o->output && dptp_stop_claim()) {
+			char why[DPTP_ERR_MAX + 64];
+			snprintf(why, sizeof(why), "not run: %s%s", usage ? "usage: " : "start-up: ", err->msg);
+			/* the exit code stays the start-up's own */
+			(void)dptp_stop_report_not_run(o, b, b->size, cuda,
+						       rc == -ETIMEDOUT ? DPTP_TIMEOUT : DPTP_ERROR, why, code,
+						       NULL, 0);
+		}
+		/* no rank leaves before rank 0 has said why (a launcher
+		 * tears the job down at the first exit) */
+		if (usage)
+			dptp_cli_share_verdict(b, EXIT_USAGE, false, 5);
+		dptp_stop_done(code);
+	} else {
+		/* the report still comes: every (replica, check) not run,
+		 * and the ranks that never reported named; the others
+		 * reach their own deadline about now */
+		struct dptp_check_result res[DPTP_MAX_CHECKS];
+		memset(res, 0, sizeof(res));
+		size_t nres = startup_results(o, rc, err, res);
+		dptp_stop_checks(res, nres, NULL); /* rank 0's part of a signal's report */
+		/* the exit code stays the start-up's own (3: the
+		 * environment, 4: a timeout), as without --output */
+		(void)report_and_verdict(o, b, &c->layout, cuda, res, nres, o->timeout < 2 ? o->timeout : 2,
+					 stuck, true);
+		for (size_t k = 0; k < nres; k++)
+			free(res[k].detail);
+	}
+	dptp_ctx_release(c);
+	if (stuck)
+		_exit(code); /* a fence is still pending in PMIx: don't wait for it */
+	dptp_bootstrap_destroy(b);
+	return code;
+}
+
+/* Runs the selected checks, in lockstep on every rank, gathers to rank 0
+ * and writes the report. Returns the exit code; does not return while a
+ * fence is pending. */
+static int run_checks(const struct dptp_options *o, struct dptp_bootstrap *b, bool cuda, struct dptp_ctx *c)
+{
+	struct dptp_check_result res[DPTP_MAX_CHECKS];
+	memset(res, 0, sizeof(res));
+	size_t nres = dptp_cli_run_checks(o, c, res);
+
+	/* gather to rank 0 and write the report; a rank that lost lockstep
+	 * only waits briefly, so the job still ends within the timeout */
+	bool was_broken = c->x.broken;
+	int code = report_and_verdict(o, b, &c->layout, cuda, res, nres, was_broken ? 0.3 : o->timeout, was_broken,
+				      false);
+	/* (report_and_verdict let go of res for a signal's report) */
+	for (size_t k = 0; k < nres; k++)
+		free(res[k].detail);
+	bool stuck = was_broken;
+	dptp_ctx_release(c);
+	if (stuck)
+		_exit(code); /* a fence is still pending in PMIx: don't wait for it */
+	dptp_bootstrap_destroy(b);
+	return code;
+}
+
 int dptp_check_main(int argc, char **argv)
 {
 	struct dptp_options o;
@@ -243,19 +356,8 @@ int dptp_check_main(int argc, char **argv)
 		fprintf(stderr, "dptp-check: %s\n", err.msg);
 		return EXIT_USAGE;
 	}
-	if (o.help) {
-		dptp_options_usage(stdout);
+	if (print_info(&o))
 		return EXIT_PASS;
-	}
-	if (o.version) {
-		printf("dptp-check %s (backends: host%s%s)\n", DPTP_VERSION,
-		       DPTP_HAVE_CUDA ? ", cuda" : "", DPTP_HAVE_NCCL ? ", nccl" : "");
-		return EXIT_PASS;
-	}
-	if (o.list) {
-		print_list();
-		return EXIT_PASS;
-	}
 	/* auto: GPUs when this build has CUDA and the machine has a device */
 	bool cuda = o.backend == DPTP_BACKEND_CUDA ||
 		    (o.backend == DPTP_BACKEND_AUTO && DPTP_HAVE_CUDA && dptp_cuda_visible_devices() > 0);
@@ -276,23 +378,11 @@ int dptp_check_main(int argc, char **argv)
 	if (dptp_bootstrap_create(&b, o.timeout, &err) < 0)
 		return early_exit(&o, cuda, err.msg);
 	dptp_stop_booted(b);
-	/* after the bootstrap: rank 0 writes the report while the others
-	 * wait (a launcher ends the job at the first exit) */
 	const char *no_backend = cuda && !DPTP_HAVE_CUDA ? "--backend cuda: this dptp was built without CUDA (use --backend host)"
 				 : o.bench && !cuda ? "--bench times the GPU kernels and needs the cuda backend "
 						      "(no CUDA device visible, or --backend host)" : NULL;
-	if (no_backend) {
-		fprintf(stderr, "dptp-check: %s\n", no_backend);
-		if (b->rank == 0 && o.output && dptp_stop_claim()) {
-			char why[256];
-			snprintf(why, sizeof(why), "not run: start-up: %s", no_backend);
-			(void)dptp_stop_report_not_run(&o, b, b->size, cuda, DPTP_ERROR, why, EXIT_ENV, NULL, 0);
-		}
-		int code = dptp_cli_share_verdict(b, EXIT_ENV, false, 5);
-		dptp_stop_done(code);
-		dptp_bootstrap_destroy(b);
-		return code;
-	}
+	if (no_backend)
+		return backend_missing(&o, b, cuda, no_backend);
 	struct dptp_params p = {
 		.dp = o.dp, .pp = o.pp, .tp = o.tp,
 		.tokens = o.tokens, .hidden = o.hidden, .dtype = o.dtype,
@@ -305,74 +395,11 @@ int dptp_check_main(int argc, char **argv)
 	test_ready(b);
 	struct dptp_ctx c;
 	int rc = dptp_ctx_init(&c, b, &p, &err);
-	if (rc < 0) {
-		/* every rank finds the same layout problem: one line from rank 0 */
-		bool usage = rc == -EINVAL && c.layout.world == 0;
-		if (usage && b->rank == 0)
-			fprintf(stderr, "dptp-check: %s\n", err.msg);
-		else if (!usage)
-			fprintf(stderr, "dptp-check: rank %d: %s\n", b->rank, err.msg);
-		int code = usage ? EXIT_USAGE : (rc == -ETIMEDOUT ? EXIT_TIMEOUT : EXIT_ENV);
-		bool stuck = c.x.broken;
-		if (usage || o.bench) {
-			/* rank 0's own words (every rank finds the same layout
-			 * problem); the bench has no per-check results to gather */
-			if (b->rank == 0 && o.output && dptp_stop_claim()) {
-				char why[DPTP_ERR_MAX + 64];
-				snprintf(why, sizeof(why), "not run: %s%s", usage ? "usage: " : "start-up: ", err.msg);
-				/* the exit code stays the start-up's own */
-				(void)dptp_stop_report_not_run(&o, b, b->size, cuda,
-							       rc == -ETIMEDOUT ? DPTP_TIMEOUT : DPTP_ERROR, why, code,
-							       NULL, 0);
-			}
-			/* no rank leaves before rank 0 has said why (a launcher
-			 * tears the job down at the first exit) */
-			if (usage)
-				dptp_cli_share_verdict(b, EXIT_USAGE, false, 5);
-			dptp_stop_done(code);
-		} else {
-			/* the report still comes: every (replica, check) not run,
-			 * and the ranks that never reported named; the others
-			 * reach their own deadline about now */
-			struct dptp_check_result res[DPTP_MAX_CHECKS];
-			memset(res, 0, sizeof(res));
-			size_t nres = startup_results(&o, rc, &err, res);
-			dptp_stop_checks(res, nres, NULL); /* rank 0's part of a signal's report */
-			/* the exit code stays the start-up's own (3: the
-			 * environment, 4: a timeout), as without --output */
-			(void)report_and_verdict(&o, b, &c.layout, cuda, res, nres, o.timeout < 2 ? o.timeout : 2,
-						 stuck, true);
-			for (size_t k = 0; k < nres; k++)
-				free(res[k].detail);
-		}
-		dptp_ctx_release(&c);
-		if (stuck)
-			_exit(code); /* a fence is still pending in PMIx: don't wait for it */
-		dptp_bootstrap_destroy(b);
-		return code;
-	}
+	if (rc < 0)
+		return startup_failed(&o, b, cuda, &c, rc, &err);
 	if (o.bench) {
 		dptp_stop_bench();
 		return dptp_check_bench(&o, &c, b);
 	}
-
-	/* run the selected checks, in lockstep on every rank */
-	struct dptp_check_result res[DPTP_MAX_CHECKS];
-	memset(res, 0, sizeof(res));
-	size_t nres = dptp_cli_run_checks(&o, &c, res);
-
-	/* gather to rank 0 and write the report; a rank that lost lockstep
-	 * only waits briefly, so the job still ends within the timeout */
-	bool was_broken = c.x.broken;
-	int code = report_and_verdict(&o, b, &c.layout, cuda, res, nres, was_broken ? 0.3 : o.timeout, was_broken,
-				      false);
-	/* (report_and_verdict let go of res for a signal's report) */
-	for (size_t k = 0; k < nres; k++)
-		free(res[k].detail);
-	bool stuck = was_broken;
-	dptp_ctx_release(&c);
-	if (stuck)
-		_exit(code); /* a fence is still pending in PMIx: don't wait for it */
-	dptp_bootstrap_destroy(b);
-	return code;
+	return run_checks(&o, b, cuda, &c);
 }
