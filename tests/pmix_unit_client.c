@@ -3,12 +3,21 @@
  *   fence       PMIx_Fence over the whole job, PMIx_Finalize
  *   fence-wait  the same once a byte came on stdin
  *   nofinalize  nothing more: exits 0 after PMIx_Init alone
- *   abort       PMIx_Abort(7, "unit abort") */
+ *   abort       PMIx_Abort(7, "unit abort")
+ *   notify      PMIx_Notify_event(-3123, range session), PMIx_Finalize */
 #include <pmix.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+static volatile int notified;
+static void notify_done(pmix_status_t status, void *cbdata)
+{
+	(void)status;
+	(void)cbdata;
+	notified = 1;
+}
 
 static unsigned get_u32(const pmix_proc_t *p, const char *key)
 {
@@ -36,6 +45,14 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "abort")) {
 		PMIx_Abort(7, "unit abort", NULL, 0);
 		return 3;
+	}
+	if (!strcmp(mode, "notify")) {
+		if (PMIx_Notify_event(-3123, &me, PMIX_RANGE_SESSION, NULL, 0, notify_done, NULL) != PMIX_SUCCESS)
+			return 6;
+		for (int i = 0; i < 2000 && !notified; i++)
+			usleep(5000);
+		PMIx_Finalize(NULL, 0);
+		return notified ? 0 : 7;
 	}
 	if (!strcmp(mode, "fence-wait")) {
 		char c;

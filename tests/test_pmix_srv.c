@@ -14,6 +14,8 @@
  * - an abnormal end: PMIx_Init, then exit 0 without PMIx_Finalize, is left
  *   as INIT (what supervise.c reports), one that finalized is FINALIZED
  * - PMIx_Abort reaches the sink's abort with the rank, status and message
+ * - a job-wide event (PMIx_Notify_event) reaches the sink's notify as a
+ *   blob pmix_srv_notify_local takes back (a truncated one it refuses)
  * Every wait is bounded (20 s); clients are reaped, killed if need be. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -52,7 +54,9 @@ struct client {
 };
 
 static struct {
-	unsigned fences, aborts;
+	unsigned fences, aborts, notifies;
+	unsigned char blob[4096];
+	size_t blob_len;
 	struct pmix_srv_fence *fence; /* taken, to complete as another node's answer would */
 	bool wildcard;
 	unsigned abort_rank;
@@ -78,7 +82,15 @@ static void on_abort(void *ctx, unsigned rank, int status, const char *msg)
 	snprintf(seen.abort_msg, sizeof(seen.abort_msg), "%s", msg);
 }
 
-static const struct pmix_srv_sink sink = {.fence = on_fence, .abort = on_abort};
+static void on_notify(void *ctx, const void *blob, size_t len)
+{
+	(void)ctx;
+	seen.notifies++;
+	seen.blob_len = len < sizeof(seen.blob) ? len : 0;
+	memcpy(seen.blob, blob, seen.blob_len);
+}
+
+static const struct pmix_srv_sink sink = {.fence = on_fence, .abort = on_abort, .notify = on_notify};
 
 static int setup(void **state)
 {
@@ -320,12 +332,35 @@ static void test_abort(void **state)
 	pmix_srv_deregister_job(&srv);
 }
 
+/* A job-wide event from a local client goes to the sink (for the other
+ * nodes) as a blob that pmix_srv_notify_local, another node's side, takes;
+ * a truncated one it refuses. */
+static void test_event(void **state)
+{
+	(void)state;
+	struct client c[1];
+	memset(&seen, 0, sizeof(seen));
+	register_job(1);
+	start(&c[0], 0, "notify");
+	expect_line(&c[0], "rank 0 size 2 local 1\n");
+	for (int i = 0; i < 1000 && !seen.notifies; i++)
+		serve_until(c, 1, NULL, 0.02);
+	finish(c, 1);
+	exited0(&c[0]);
+	assert_int_equal(seen.notifies, 1);
+	assert_true(seen.blob_len > 0);
+	assert_int_equal(pmix_srv_notify_local(&srv, seen.blob, seen.blob_len), 0);
+	assert_true(pmix_srv_notify_local(&srv, seen.blob, seen.blob_len / 2) < 0);
+	pmix_srv_deregister_job(&srv);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_job_and_fence),
 		cmocka_unit_test(test_exit_without_finalize),
 		cmocka_unit_test(test_abort),
+		cmocka_unit_test(test_event),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
