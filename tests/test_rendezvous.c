@@ -11,7 +11,8 @@
  *   dptp-run, so a node table and one nspace; the same again on a restart,
  *   under the restart's own key prefix;
  * - c10d, two nodes (2 and 3): group ranks 0 and 1 in some order, and the
- *   worker ranks follow that order as torchrun's do. */
+ *   worker ranks follow that order as torchrun's do;
+ * - assigned_ranks read from the store only in torchrun's exact form. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -227,12 +229,38 @@ static void test_c10d_two_nodes(void **state)
 	}
 }
 
+/* assigned_ranks as torchrun's node 0 writes it (json.dumps of a list),
+ * and nothing else: a store's value is not trusted */
+static void test_parse_ranks(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {"[2,5,2,5]", "[2, 5, 2]", "[2, 5, 2, 5] ", "[-1, 5, 2, 5]",
+		"[4294967296, 5, 2, 5]", "[2, 5, 2, 5, 6]", "(2, 5, 2, 5)", "", "[2, 5, 2, x]"};
+	unsigned v[4];
+	struct dptp_err e = {0};
+	char ok[] = "[2, 5, 0, 3]";
+	struct dptp_tcpstore_buf b = {.data = (uint8_t *)ok, .len = sizeof(ok) - 1};
+	assert_int_equal(rdzv_common_parse_ranks(&b, v, &e), 0);
+	assert_int_equal(v[0], 2);
+	assert_int_equal(v[1], 5);
+	assert_int_equal(v[2], 0);
+	assert_int_equal(v[3], 3);
+	for (size_t i = 0; i < DPTP_ARRAY_LEN(bad); i++) {
+		char buf[64];
+		snprintf(buf, sizeof(buf), "%s", bad[i]);
+		b = (struct dptp_tcpstore_buf){.data = (uint8_t *)buf, .len = strlen(buf)};
+		if (rdzv_common_parse_ranks(&b, v, &e) != -EPROTO)
+			fail_msg("'%s' taken", bad[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_static_one_node),
 		cmocka_unit_test(test_static_two_nodes),
 		cmocka_unit_test(test_c10d_two_nodes),
+		cmocka_unit_test(test_parse_ranks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
