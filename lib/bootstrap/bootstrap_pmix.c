@@ -281,16 +281,18 @@ static const struct dptp_bootstrap_ops pmix_ops = {
 	.destroy = pmix_destroy,
 };
 
+/* The PMIx server's launcher. dptp-run's workers carry torchrun's
+ * TORCHELASTIC_RUN_ID and, since dptp-run gives Open MPI what mpirun does,
+ * OMPI_COMM_WORLD_SIZE too: the torchrun variable decides first (neither
+ * srun nor mpirun sets it). */
 static const char *detect_engine(void)
 {
-	if (getenv("DPTP_RUN_PID") || getenv("DPTP_LAUNCHER"))
+	if (getenv("TORCHELASTIC_RUN_ID"))
 		return "dptp-run";
 	if (getenv("SLURM_JOB_ID") || getenv("SLURM_STEP_ID"))
 		return "srun";
 	if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PRTE_LAUNCHED") || getenv("OMPI_MCA_prte_launch"))
 		return "mpirun";
-	if (getenv("TORCHELASTIC_RUN_ID"))
-		return "dptp-run";
 	return "pmix";
 }
 

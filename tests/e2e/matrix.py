@@ -328,6 +328,9 @@ def main():
                 failures.append("%s: exit %d, want %d" % (name, p.returncode, want_rc))
             if rep["inject"] != ([fault] if fault else []):
                 failures.append("%s: inject %r" % (name, rep["inject"]))
+            engine = {"mpirun": "mpirun", "dptp-run": "dptp-run", "srun": "srun"}.get(args.launcher)
+            if engine and rep.get("engine") != engine:
+                failures.append("%s: engine %r, want %r" % (name, rep.get("engine"), engine))
             print("%-28s %s %.2fs" % (name, "ok" if len(failures) == before else "FAILED", dt), flush=True)
     return finish(failures, n, "runs")
 
