@@ -324,6 +324,31 @@ def two_nodes(backend, cmd):
     check(False, "no free port for the two-node job")
 
 
+def sessions_left(before, settle=5.0):
+    """Open MPI session directories in /tmp that were not there before and
+    hold something no live process owns. The other mpi tests run beside this
+    one, and their mpirun controls keep /tmp/ompi.<host>.<uid>/pid.<their pid>
+    while they run: those are theirs, not left by this test's jobs."""
+    def held(top):
+        try:
+            names = os.listdir(os.path.join("/tmp", top))
+        except FileNotFoundError:
+            return True  # gone: its last mpirun removed it
+        if not names:
+            return False  # left empty, unless a running mpirun removes it soon
+        for n in names:
+            pid = n[4:] if n.startswith("pid.") else ""
+            if not (pid.isdigit() and os.path.exists("/proc/" + pid)):
+                return False
+        return True
+    end = time.monotonic() + settle
+    while True:
+        left = [d for d in set(os.listdir("/tmp")) - before if d.startswith("ompi.") and not held(d)]
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.1)
+
+
 def twonode(exe, backend):
     tmp = tempfile.mkdtemp(prefix="dptp-two.")
     sessions = set(os.listdir("/tmp"))
@@ -349,7 +374,7 @@ def twonode(exe, backend):
                   (backend, mode, out, mout, err[-3000:]))
             check("vader" not in err and "unlink" not in err, "%s %s: Open MPI complained:\n%s" % (backend, mode, err))
             print("ok %s %s: %s" % (backend, mode[0], lines(out)[-1]))
-        left = [d for d in set(os.listdir("/tmp")) - sessions if d.startswith("ompi.")]
+        left = sessions_left(sessions)
         check(not left, "Open MPI session directories left: %s" % left)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
