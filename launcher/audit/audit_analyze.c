@@ -1446,8 +1446,45 @@ void audit_analyze_result_release(struct audit_result *r)
 		free(r->f[i].site);
 		free(r->f[i].group);
 		free(r->f[i].detail);
+		for (size_t t = 0; t < r->f[i].ntrail; t++)
+			free(r->f[i].trail[t].c);
+		free(r->f[i].trail);
 	}
 	free(r->f);
+	free(r->gaps);
+	memset(r, 0, sizeof(*r));
+}
+
+int audit_analyze_job(const char *dir, const struct dptp_layout *given, int hung_attempt, struct audit_report *rep,
+		      struct dptp_err *err)
+{
+	struct audit_result res;
+	memset(rep, 0, sizeof(*rep));
+	int rc = audit_analyze(dir, given, hung_attempt >= 0, &res, err);
+	if (rc < 0 || !res.world) {
+		audit_analyze_result_release(&res);
+		return rc;
+	}
+	if (!(rep->w = malloc(sizeof(*rep->w)))) {
+		audit_analyze_result_release(&res);
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	}
+	rep->w[0] = res;
+	rep->nw = 1;
+	rep->attempts = res.attempt + 1;
+	rep->nrecords = res.nrecords;
+	return 0;
+}
+
+void audit_report_release(struct audit_report *r)
+{
+	if (!r)
+		return;
+	for (size_t i = 0; i < r->nw; i++)
+		audit_analyze_result_release(&r->w[i]);
+	free(r->w);
+	free(r->gaps);
+	free(r->exits);
 	memset(r, 0, sizeof(*r));
 }
 
