@@ -227,6 +227,7 @@ static void reap(struct job *j)
 		w->alive = false;
 		j->alive--;
 		w->exitcode = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+		audit_worker_exited(j->o->audit, (int)w->global_rank, pid, j->restart_count, st);
 		pmix_srv_worker_exited(&j->srv, w->global_rank, w->exitcode);
 		/* what the worker left behind in its process group goes too */
 		killpg(pid, SIGKILL);
@@ -368,6 +369,7 @@ static int start_workers(struct job *j, const char *attempt_dir, struct dptp_err
 				w->alive = true; /* watched by the guard since before its exec */
 				j->alive++;
 				pmix_srv_worker_started(&j->srv, w->global_rank, pid, j->cmd.path);
+				audit_worker_started(o->audit, (int)w->global_rank, (int)i, pid, j->restart_count);
 			}
 			if (rc < 0 && (-rc & SPAWN_ERR_AFFINITY)) {
 				rc = -(-rc & ~SPAWN_ERR_AFFINITY);
@@ -926,7 +928,7 @@ static int job_setup(struct job *j)
 	int rc;
 
 	if (rendezvous_init(&j->rdzv, o, &err) < 0 || logs_dirs_init(&j->logs, o->log_dir, j->rdzv.run_id, &err) < 0 ||
-	    env_build_command(o, &j->cmd, &err) < 0 || audit_job_start(o->audit, j->logs.run_dir, &err) < 0) {
+	    env_build_command(o, &j->cmd, &err) < 0 || audit_job_start(o->audit, j->logs.run_dir, o->nproc, &err) < 0) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		return 1;
 	}

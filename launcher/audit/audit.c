@@ -3,12 +3,15 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,24 +28,53 @@
 
 static const char mechs[] = "PRICGD";
 
+/* What the watch knows of one records file: its name and how far it has
+ * been read for `world` records (the default hang bound). */
+struct wfile {
+	char name[96];
+	off_t scanned;
+	bool seen; /* in the folder at the last look */
+};
+
+/* This node's workers of the running attempt (audit_worker_started). */
+struct wslot {
+	int rank;
+	pid_t pid;
+	bool alive;
+};
+
 struct audit {
 	struct dptp_layout layout;
 	bool have_layout;
 	enum dptp_format format;
-	const char *output;
-	double hang;
+	bool format_given;
+	const char *output;     /* NULL: none; "-": stdout */
+	double hang;            /* 0: no watch; <0: torch's timeout from the records */
+	bool keep;
+	bool in_log_dir;        /* --log-dir DIR: the records stay in <run_dir>/audit */
 	char recdir[PATH_MAX];  /* the recorders' folder */
 	char preload[PATH_MAX]; /* "" when the library is not built */
 	char dir[PATH_MAX];     /* the job's audit folder */
-	char *own_dir;          /* mkdtemp'd by us (--log-dir /dev/null) */
+	char *own_dir;          /* mkdtemp'd by us, removed unless --audit-keep */
+	int lfd;                /* launcher.jsonl */
 	pthread_t watcher;
 	bool watching;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool stop;
+	/* under mu: */
+	struct wslot *slots;
+	unsigned nslots;
+	unsigned att;           /* the running attempt */
 	bool hung;              /* the watch ended an attempt: */
-	int hung_attempt;       /* this one (a restart may follow) */
+	int hung_attempt;       /* the last such */
+	unsigned nhangs;
 	char hang_msg[2048];
+	/* the watch thread's own: */
+	struct wfile *files;
+	size_t nfiles, capfiles;
+	double world_timeout;   /* largest `timeout` of the world records, 0 none */
+	bool world_nccl;        /* a world of the nccl backend was recorded */
 };
 
 static bool exists(const char *path)
@@ -82,15 +114,94 @@ static int find_recorders(struct audit *a, struct dptp_err *err)
 		cands[0] ? cands[0] : "?", DPTP_AUDIT_INSTALL_DIR);
 }
 
-static int parse_layout(const char *s, struct dptp_layout *l, struct dptp_err *err)
+/* One dimension of the layout: decimal digits only (no sign, no space),
+ * at most DPTP_MAX_WORLD, never wrapped. */
+static bool parse_dim(const char **s, unsigned *v)
 {
-	unsigned dp, pp, tp;
-	int n = 0;
-	if (sscanf(s, "%ux%ux%u%n", &dp, &pp, &tp, &n) != 3 || s[n] || !dp || !pp || !tp || dp > DPTP_MAX_WORLD ||
-	    pp > DPTP_MAX_WORLD || tp > DPTP_MAX_WORLD || (uint64_t)dp * pp * tp > DPTP_MAX_WORLD || !strchr("0123456789", s[0]))
-		return dptp_err_set(err, -EINVAL, "--audit-layout '%s': expected DPxPPxTP, e.g. 2x1x2 (at most %d ranks)", s,
+	const char *p = *s;
+	unsigned long x = 0;
+	if (*p < '0' || *p > '9')
+		return false;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		x = x * 10 + (unsigned long)(*p - '0');
+		if (x > DPTP_MAX_WORLD)
+			return false;
+	}
+	*v = (unsigned)x;
+	*s = p;
+	return x > 0;
+}
+
+static int parse_layout(const char *s, unsigned world, struct dptp_layout *l, struct dptp_err *err)
+{
+	unsigned d[3];
+	const char *p = s;
+	bool ok = true;
+	for (int i = 0; i < 3 && ok; i++) {
+		ok = parse_dim(&p, &d[i]);
+		if (ok && i < 2)
+			ok = *p++ == 'x';
+	}
+	if (!ok || *p || (uint64_t)d[0] * d[1] * d[2] > DPTP_MAX_WORLD)
+		return dptp_err_set(err, -EINVAL, "--audit-layout '%s': expected DPxPPxTP in decimal, e.g. 2x1x2 (at most %d ranks)", s,
 			DPTP_MAX_WORLD);
-	return dptp_layout_init(l, (int)(dp * pp * tp), (int)dp, (int)pp, (int)tp, err);
+	unsigned n = d[0] * d[1] * d[2];
+	if (world && n != world)
+		return dptp_err_set(err, -EINVAL, "--audit-layout '%s' is %u ranks; the job's world is %u (nnodes x nproc-per-node)", s,
+			n, world);
+	return dptp_layout_init(l, (int)n, (int)d[0], (int)d[1], (int)d[2], err);
+}
+
+static bool to_stdout(const char *path)
+{
+	return !strcmp(path, "-") || !strcmp(path, "/dev/stdout");
+}
+
+/* --audit-output must name a regular file that the report can replace or
+ * create (written atomically at the end: a new file in its folder, then
+ * renamed), or "-"//dev/stdout. Tried now with a file of our own, removed
+ * at once: a missing folder, a directory, a device or a folder that takes
+ * no new file (/proc) is refused before the job. */
+static int check_output(const char *path, struct dptp_err *err)
+{
+	struct stat st;
+	if (!*path)
+		return dptp_err_set(err, -EINVAL, "--audit-output '': expected a file name");
+	if (to_stdout(path))
+		return 0;
+	const char *slash = strrchr(path, '/');
+	if (slash && !slash[1])
+		return dptp_err_set(err, -EINVAL, "--audit-output '%s': names a folder, expected a file", path);
+	if (stat(path, &st) == 0) {
+		if (S_ISDIR(st.st_mode))
+			return dptp_err_set(err, -EINVAL, "--audit-output '%s': is a folder, expected a file", path);
+		if (!S_ISREG(st.st_mode))
+			return dptp_err_set(err, -EINVAL, "--audit-output '%s': is a %s, not a regular file (use - for stdout)", path,
+				S_ISCHR(st.st_mode) ? "character device" : S_ISFIFO(st.st_mode) ? "FIFO"
+				: S_ISSOCK(st.st_mode) ? "socket" : "special file");
+	} else if (errno != ENOENT) {
+		return dptp_err_set(err, -EINVAL, "--audit-output '%s': %s", path, strerror(errno));
+	}
+	char dir[PATH_MAX];
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	if (stat(dir, &st) < 0)
+		return dptp_err_set(err, -EINVAL, "--audit-output '%s': the folder '%s' does not exist", path, dir);
+	if (!S_ISDIR(st.st_mode))
+		return dptp_err_set(err, -EINVAL, "--audit-output '%s': '%s' is not a folder", path, dir);
+	char probe[PATH_MAX + 32];
+	snprintf(probe, sizeof(probe), "%s/.dptp-audit-probe.XXXXXX", dir);
+	int fd = mkostemp(probe, O_CLOEXEC);
+	if (fd < 0)
+		return dptp_err_set(err, -EINVAL, "--audit-output '%s': no file can be created in '%s' (%s)", path, dir,
+			errno == ENOENT ? "it takes no new files" : strerror(errno));
+	close(fd);
+	unlink(probe);
+	return 0;
 }
 
 int audit_create(struct audit **out, const struct audit_opts *o, struct dptp_err *err)
@@ -98,17 +209,21 @@ int audit_create(struct audit **out, const struct audit_opts *o, struct dptp_err
 	struct audit *a;
 	*out = NULL;
 	if (!o->on) {
-		if (o->layout || o->output || o->format || o->hang)
+		if (o->layout || o->output || o->format || o->hang || o->keep)
 			return dptp_err_set(err, -EINVAL, "--audit-%s needs --audit",
-				o->layout ? "layout" : o->output ? "output" : o->format ? "format" : "hang");
+				o->layout ? "layout" : o->output ? "output" : o->format ? "format" : o->hang ? "hang" : "keep");
 		return 0;
 	}
 	if (!(a = calloc(1, sizeof(*a))))
 		return dptp_err_set(err, -ENOMEM, "out of memory");
+	a->lfd = -1;
 	a->format = DPTP_FORMAT_JSON;
-	a->hang = 30;
+	a->hang = -1;
+	a->keep = o->keep;
+	a->in_log_dir = o->log_dir && strcmp(o->log_dir, "/dev/null");
 	a->output = o->output;
 	if (o->format) {
+		a->format_given = true;
 		if (!strcmp(o->format, "text"))
 			a->format = DPTP_FORMAT_TEXT;
 		else if (!strcmp(o->format, "junit"))
@@ -118,16 +233,16 @@ int audit_create(struct audit **out, const struct audit_opts *o, struct dptp_err
 			return dptp_err_set(err, -EINVAL, "--audit-format '%s': expected text, json or junit", o->format);
 		}
 	}
-	if (o->hang && dptp_parse_double(o->hang, 0.1, 86400, &a->hang) < 0) {
+	if (o->hang && (dptp_parse_double(o->hang, 0, 86400, &a->hang) < 0 || (a->hang > 0 && a->hang < 0.1))) {
 		free(a);
-		return dptp_err_set(err, -EINVAL, "--audit-hang '%s': expected seconds in [0.1, 86400]", o->hang);
+		return dptp_err_set(err, -EINVAL, "--audit-hang '%s': expected seconds, 0 (no watch) or in [0.1, 86400]", o->hang);
 	}
-	if (o->output && !*o->output) {
+	if (o->output && check_output(o->output, err) < 0) {
 		free(a);
-		return dptp_err_set(err, -EINVAL, "--audit-output '': expected a file name");
+		return -EINVAL;
 	}
 	if (o->layout) {
-		if (parse_layout(o->layout, &a->layout, err) < 0) {
+		if (parse_layout(o->layout, o->world, &a->layout, err) < 0) {
 			free(a);
 			return -EINVAL;
 		}
@@ -170,17 +285,107 @@ static int put_env(struct audit *a, struct dptp_err *err)
 	return rc ? dptp_err_set(err, -ENOMEM, "out of memory") : 0;
 }
 
-/* The records' total size: it grows while any recording rank progresses. */
-static long long dir_size(const char *dir)
+/* ---- launcher.jsonl: what dptp-run saw of its workers ---------------- */
+
+/* One record, one write(2) (O_APPEND): the watch thread and the
+ * supervisor write side by side. */
+__attribute__((format(printf, 2, 3)))
+static void lrec(struct audit *a, const char *fmt, ...)
 {
-	DIR *d = opendir(dir);
+	char buf[2400];
+	va_list ap;
+	if (a->lfd < 0)
+		return;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n > sizeof(buf) - 2)
+		n = (int)sizeof(buf) - 2;
+	buf[n++] = '\n';
+	if (write(a->lfd, buf, (size_t)n) < 0) {
+		/* a full disk: the analysis finds the record missing and says so */
+	}
+}
+
+void audit_worker_started(struct audit *a, int rank, int local_rank, pid_t pid, unsigned att)
+{
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->mu);
+	if (att != a->att) {
+		for (unsigned i = 0; i < a->nslots; i++)
+			a->slots[i].alive = false;
+		a->att = att;
+	}
+	if (local_rank >= 0 && (unsigned)local_rank < a->nslots)
+		a->slots[local_rank] = (struct wslot){.rank = rank, .pid = pid, .alive = true};
+	lrec(a, "{\"k\":\"wstart\",\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"att\":%u,\"t\":%.6f}", rank, local_rank, (int)pid,
+		att, dptp_now());
+	pthread_mutex_unlock(&a->mu);
+}
+
+void audit_worker_exited(struct audit *a, int rank, pid_t pid, unsigned att, int st)
+{
+	char code[16] = "null", sig[16] = "null";
+	if (!a)
+		return;
+	if (WIFEXITED(st))
+		snprintf(code, sizeof(code), "%d", WEXITSTATUS(st));
+	else if (WIFSIGNALED(st))
+		snprintf(sig, sizeof(sig), "%d", WTERMSIG(st));
+	pthread_mutex_lock(&a->mu);
+	for (unsigned i = 0; i < a->nslots; i++)
+		if (a->slots[i].pid == pid)
+			a->slots[i].alive = false;
+	lrec(a, "{\"k\":\"wexit\",\"rank\":%d,\"pid\":%d,\"att\":%u,\"code\":%s,\"sig\":%s,\"core\":%s,\"t\":%.6f}", rank, (int)pid,
+		att, code, sig, WIFSIGNALED(st) && WCOREDUMP(st) ? "true" : "false", dptp_now());
+	pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- the hang watch ------------------------------------------------- */
+
+static bool is_records(const char *name)
+{
+	size_t n = strlen(name);
+	return n > 6 && !strcmp(name + n - 6, ".jsonl") && name[0] != '.';
+}
+
+static struct wfile *wfile_get(struct audit *a, const char *name)
+{
+	for (size_t i = 0; i < a->nfiles; i++)
+		if (!strcmp(a->files[i].name, name))
+			return &a->files[i];
+	if (strlen(name) >= sizeof(a->files[0].name))
+		return NULL;
+	if (a->nfiles == a->capfiles) {
+		size_t cap = a->capfiles ? 2 * a->capfiles : 16;
+		struct wfile *f = realloc(a->files, cap * sizeof(*f));
+		if (!f)
+			return NULL;
+		a->files = f;
+		a->capfiles = cap;
+	}
+	struct wfile *f = &a->files[a->nfiles++];
+	memset(f, 0, sizeof(*f));
+	snprintf(f->name, sizeof(f->name), "%s", name);
+	return f;
+}
+
+/* The records' total size: it grows while any recording process
+ * progresses. One stat per file: the cost follows the processes, not the
+ * records. */
+static long long dir_size(struct audit *a)
+{
+	DIR *d = opendir(a->dir);
 	struct dirent *e;
 	long long sum = 0;
 	if (!d)
 		return -1;
 	while ((e = readdir(d))) {
 		struct stat st;
-		if (e->d_name[0] != 'r' || fstatat(dirfd(d), e->d_name, &st, 0) < 0)
+		if (!is_records(e->d_name) || fstatat(dirfd(d), e->d_name, &st, 0) < 0)
 			continue;
 		sum += (long long)st.st_size + 1;
 	}
@@ -188,11 +393,112 @@ static long long dir_size(const char *dir)
 	return sum;
 }
 
+/* A line `{"k":"world",...}`: its "timeout" (seconds) and backend. */
+static void world_line(struct audit *a, const char *l)
+{
+	const char *t = strstr(l, "\"timeout\":");
+	double v = 0;
+	if (strstr(l, "\"backend\":\"nccl\"") || strstr(l, "\"backend\": \"nccl\""))
+		a->world_nccl = true;
+	if (t && sscanf(t + 10, " %lf", &v) == 1 && v > a->world_timeout)
+		a->world_timeout = v;
+}
+
+/* Reads what the Python recorders wrote since the last look, for their
+ * `world` records only: each byte is read once in the job, through one
+ * fixed buffer. */
+static void scan_worlds(struct audit *a)
+{
+	static char buf[1 << 16];
+	DIR *d = opendir(a->dir);
+	struct dirent *e;
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if (n < 9 || strcmp(e->d_name + n - 9, ".py.jsonl"))
+			continue;
+		struct wfile *f = wfile_get(a, e->d_name);
+		if (!f)
+			continue;
+		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		for (;;) {
+			ssize_t got = pread(fd, buf, sizeof(buf) - 1, f->scanned);
+			if (got <= 0)
+				break;
+			buf[got] = '\0';
+			char *end = memrchr(buf, '\n', (size_t)got);
+			if (!end) { /* a line longer than the buffer (or torn): not a world record */
+				if (got < (ssize_t)sizeof(buf) - 1)
+					break;
+				f->scanned += got;
+				continue;
+			}
+			*end = '\0';
+			for (char *l = buf; l && l < end;) {
+				char *nl = strchr(l, '\n');
+				if (nl)
+					*nl = '\0';
+				if (strstr(l, "\"k\":\"world\"") || strstr(l, "\"k\": \"world\""))
+					world_line(a, l);
+				l = nl ? nl + 1 : NULL;
+			}
+			f->scanned += end - buf + 1;
+		}
+		close(fd);
+	}
+	closedir(d);
+}
+
+/* --audit-hang, else torch's own bound: the largest process-group timeout
+ * the world records carry, else torch's default (NCCL 600 s, gloo 1800 s). */
+static double hang_bound(struct audit *a)
+{
+	if (a->hang > 0)
+		return a->hang;
+	if (a->world_timeout > 0)
+		return a->world_timeout;
+	return a->world_nccl ? 600 : 1800;
+}
+
+/* Ends the running attempt: SIGKILL to each of this node's live workers'
+ * process groups (each leads its own, spawn.c) and to the recording
+ * processes the analysis named. */
+static void end_attempt(struct audit *a, const pid_t *pids, size_t npids)
+{
+	for (unsigned i = 0; i < a->nslots; i++)
+		if (a->slots[i].alive && kill(-a->slots[i].pid, SIGKILL) < 0)
+			kill(a->slots[i].pid, SIGKILL);
+	for (size_t i = 0; i < npids; i++)
+		if (kill(-pids[i], SIGKILL) < 0)
+			kill(pids[i], SIGKILL);
+}
+
+/* s as the inside of a JSON string, cut to fit len */
+static void json_buf(char *dst, size_t len, const char *s)
+{
+	size_t o = 0;
+	for (; *s && o + 7 < len; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\') {
+			dst[o++] = '\\';
+			dst[o++] = (char)c;
+		} else if (c < 0x20) {
+			o += (size_t)snprintf(dst + o, len - o, "\\u%04x", c);
+		} else {
+			dst[o++] = (char)c;
+		}
+	}
+	dst[o] = '\0';
+}
+
 static void *watch(void *arg)
 {
 	struct audit *a = arg;
 	long long last_size = -2;
-	double last = dptp_now();
+	double last = dptp_now(), scanned_at = 0;
 	pthread_mutex_lock(&a->mu);
 	while (!a->stop) {
 		struct timespec ts;
@@ -206,7 +512,7 @@ static void *watch(void *arg)
 		if (a->stop)
 			continue;
 		pthread_mutex_unlock(&a->mu);
-		long long size = dir_size(a->dir);
+		long long size = dir_size(a);
 		double now = dptp_now();
 		char msg[sizeof(a->hang_msg)];
 		pid_t pids[1024];
@@ -215,20 +521,28 @@ static void *watch(void *arg)
 		if (size != last_size) {
 			last_size = size;
 			last = now;
-		} else if (now - last >= a->hang) {
-			pend = audit_analyze_pending(a->dir, msg, sizeof(msg), pids, &npids, DPTP_ARRAY_LEN(pids), &att);
-			last = now; /* nothing pending: look again a period later */
+		} else {
+			/* still: the bound may come from records not read yet */
+			if (a->hang < 0 && scanned_at < last) {
+				scan_worlds(a);
+				scanned_at = now;
+			}
+			if (now - last >= hang_bound(a)) {
+				pend = audit_analyze_pending(a->dir, msg, sizeof(msg), pids, &npids, DPTP_ARRAY_LEN(pids), &att);
+				last = now; /* nothing pending (a rank works outside any collective): look again a bound later */
+			}
 		}
 		pthread_mutex_lock(&a->mu);
 		if (pend == 1 && !a->stop && !(a->hung && att == a->hung_attempt)) {
 			a->hung = true;
 			a->hung_attempt = att;
+			a->nhangs++;
 			snprintf(a->hang_msg, sizeof(a->hang_msg), "%s", msg);
-			fprintf(stderr, "dptp-run --audit: no rank progressed for %g s: %s; ending the job\n", a->hang, msg);
-			/* each worker leads its own process group (spawn.c) */
-			for (size_t i = 0; i < npids; i++)
-				if (kill(-pids[i], SIGKILL) < 0)
-					kill(pids[i], SIGKILL);
+			fprintf(stderr, "dptp-run --audit: no rank progressed for %g s: %s; ending the job\n", hang_bound(a), msg);
+			char esc[2 * sizeof(msg)];
+			json_buf(esc, sizeof(esc), msg);
+			lrec(a, "{\"k\":\"hang\",\"att\":%d,\"t\":%.6f,\"bound\":%g,\"msg\":\"%s\"}", att, now, hang_bound(a), esc);
+			end_attempt(a, pids, npids);
 		}
 	}
 	pthread_mutex_unlock(&a->mu);
@@ -247,27 +561,48 @@ static void stop_watch(struct audit *a)
 	}
 }
 
-int audit_job_start(struct audit *a, const char *run_dir, struct dptp_err *err)
+/* With --log-dir DIR the records are the run's: <run_dir>/audit, kept.
+ * Else a temporary folder, removed after the report (--audit-keep: kept). */
+static int make_dir(struct audit *a, const char *run_dir, struct dptp_err *err)
 {
-	if (!a)
-		return 0;
-	if (a->watching) /* a restart: the same folder, records per attempt */
-		return 0;
-	if (run_dir) {
+	if (run_dir && a->in_log_dir) {
 		snprintf(a->dir, sizeof(a->dir), "%s/audit", run_dir);
 		if (mkdir(a->dir, 0755) < 0 && errno != EEXIST)
 			return dptp_err_set(err, -errno, "--audit: cannot create '%s': %s", a->dir, strerror(errno));
-	} else {
-		const char *tmp = getenv("TMPDIR");
-		char tmpl[PATH_MAX];
-		snprintf(tmpl, sizeof(tmpl), "%s/dptp_audit_XXXXXX", tmp && *tmp ? tmp : "/tmp");
-		if (!mkdtemp(tmpl))
-			return dptp_err_set(err, -errno, "--audit: cannot create a folder in '%s': %s", tmp && *tmp ? tmp : "/tmp",
-				strerror(errno));
-		snprintf(a->dir, sizeof(a->dir), "%s", tmpl);
-		a->own_dir = strdup(tmpl);
+		return 0;
 	}
+	const char *tmp = getenv("TMPDIR");
+	char tmpl[PATH_MAX];
+	snprintf(tmpl, sizeof(tmpl), "%s/dptp_audit_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(tmpl))
+		return dptp_err_set(err, -errno, "--audit: cannot create a folder in '%s': %s", tmp && *tmp ? tmp : "/tmp",
+			strerror(errno));
+	snprintf(a->dir, sizeof(a->dir), "%s", tmpl);
+	if (!(a->own_dir = strdup(tmpl))) {
+		rmdir(tmpl);
+		a->dir[0] = '\0';
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+int audit_job_start(struct audit *a, const char *run_dir, unsigned nworkers, struct dptp_err *err)
+{
+	if (!a)
+		return 0;
+	if (a->watching || a->dir[0]) /* a restart: the same folder, records per attempt */
+		return 0;
+	if (!(a->slots = calloc(nworkers ? nworkers : 1, sizeof(*a->slots))))
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	a->nslots = nworkers;
+	DPTP_TRY(make_dir(a, run_dir, err));
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/launcher.jsonl", a->dir);
+	if ((a->lfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) < 0)
+		return dptp_err_set(err, -errno, "--audit: cannot create '%s': %s", path, strerror(errno));
 	DPTP_TRY(put_env(a, err));
+	if (a->hang == 0) /* --audit-hang 0: no watch */
+		return 0;
 	int rc = pthread_create(&a->watcher, NULL, watch, a);
 	if (rc)
 		return dptp_err_set(err, -rc, "--audit: cannot start the hang watch: %s", strerror(rc));
@@ -276,6 +611,12 @@ int audit_job_start(struct audit *a, const char *run_dir, struct dptp_err *err)
 }
 
 /* ---- the report ----------------------------------------------------- */
+
+/* the records' folder goes after the report */
+static bool removed(const struct audit *a)
+{
+	return a->own_dir && !a->keep;
+}
 
 struct view {
 	const struct audit *a;
@@ -406,8 +747,8 @@ static int write_text(void *arg, FILE *f)
 				fprintf(f, "  %c  pass\n", *m);
 		}
 	}
-	fprintf(f, "\n%zu finding%s; records %s %s%s\n", res->nf, res->nf == 1 ? "" : "s", v->a->own_dir ? "were in" : "in",
-		v->a->dir, v->a->own_dir ? " (removed: --log-dir /dev/null)" : "");
+	fprintf(f, "\n%zu finding%s; records %s %s%s\n", res->nf, res->nf == 1 ? "" : "s", removed(v->a) ? "were in" : "in",
+		v->a->dir, removed(v->a) ? " (removed; --audit-keep keeps them)" : "");
 	return ferror(f) ? -EIO : 0;
 }
 
@@ -497,10 +838,17 @@ int audit_finish(struct audit *a, int job_status, FILE *errs)
 	fputc('\n', errs);
 	write_text(&v, errs);
 	fflush(errs);
-	if (a->output) {
+	if (a->output || a->format_given) {
 		int (*emit)(void *, FILE *) = a->format == DPTP_FORMAT_TEXT ? write_text
 					     : a->format == DPTP_FORMAT_JUNIT ? write_junit : write_json;
-		if (dptp_write_file_with(a->output, emit, &v, &err) < 0) {
+		if (!a->output || to_stdout(a->output)) { /* --audit-format alone: stdout */
+			fflush(stdout);
+			if (emit(&v, stdout) < 0 || fflush(stdout) != 0) {
+				fprintf(errs, "dptp-run --audit: error: cannot write the report to stdout: %s\n", strerror(errno));
+				if (!status)
+					status = 1;
+			}
+		} else if (dptp_write_file_with(a->output, emit, &v, &err) < 0) {
 			fprintf(errs, "dptp-run --audit: error: %s\n", err.msg);
 			if (!status)
 				status = 1;
@@ -520,8 +868,12 @@ void audit_destroy(struct audit *a)
 	stop_watch(a);
 	pthread_mutex_destroy(&a->mu);
 	pthread_cond_destroy(&a->cv);
-	if (a->own_dir)
+	if (a->lfd >= 0)
+		close(a->lfd);
+	if (removed(a))
 		dptp_rm_tree(a->own_dir);
 	free(a->own_dir);
+	free(a->slots);
+	free(a->files);
 	free(a);
 }

@@ -19,7 +19,7 @@ enum opt_id {
 	O_RUN_PATH, O_LOG_DIR, O_REDIRECTS, O_TEE, O_LOCAL_RANKS_FILTER,
 	O_DUP_STDOUT, O_DUP_STDERR, O_NODE_RANK, O_MASTER_ADDR, O_MASTER_PORT,
 	O_LOCAL_ADDR, O_LOGS_SPECS, O_NUMA_BINDING, O_SIGNALS, O_VIRTUAL_LOCAL_RANK,
-	O_AUDIT, O_AUDIT_LAYOUT, O_AUDIT_OUTPUT, O_AUDIT_FORMAT, O_AUDIT_HANG,
+	O_AUDIT, O_AUDIT_LAYOUT, O_AUDIT_OUTPUT, O_AUDIT_FORMAT, O_AUDIT_HANG, O_AUDIT_KEEP,
 	O_COUNT
 };
 
@@ -108,11 +108,13 @@ static const struct opt_def opts[O_COUNT] = {
 	[O_AUDIT_LAYOUT] = {"audit_layout", {"--audit-layout"}, OPT_VALUE, NULL, NULL,
 		"The job's DPxPPxTP in vLLM's rank order (e.g. 2x1x2); default: inferred from the groups the program creates."},
 	[O_AUDIT_OUTPUT] = {"audit_output", {"--audit-output"}, OPT_VALUE, NULL, NULL,
-		"Also write the audit report to this file."},
+		"Also write the audit report to this file (a regular file, checked before the job; - for stdout)."},
 	[O_AUDIT_FORMAT] = {"audit_format", {"--audit-format"}, OPT_VALUE, NULL, NULL,
-		"The file's format: text, json (default) or junit."},
+		"The report's format: text, json (default) or junit; without --audit-output the report goes to stdout."},
 	[O_AUDIT_HANG] = {"audit_hang", {"--audit-hang"}, OPT_VALUE, NULL, NULL,
-		"Seconds without progress, while some ranks wait in a collective others never entered, after which the audit ends the job and names them (default 30)."},
+		"End the job when every live rank waits inside a collective and no record was written for this many seconds (default: the process group's timeout, torch's 1800 s for gloo, 600 s for NCCL); 0: never."},
+	[O_AUDIT_KEEP] = {"audit_keep", {"--audit-keep"}, 0, NULL, NULL,
+		"Keep the records' temporary folder after the report (without --log-dir it is removed)."},
 };
 #undef V
 
@@ -756,8 +758,14 @@ static enum run_opts_result convert(struct parse *p, struct run_opts *o)
 	o->local_addr = p->val[O_LOCAL_ADDR];
 	o->logs_specs = p->val[O_LOGS_SPECS];
 	o->numa_binding = p->val[O_NUMA_BINDING];
-	o->audit_opts = (struct audit_opts){.on = p->flag[O_AUDIT], .layout = p->val[O_AUDIT_LAYOUT],
-		.output = p->val[O_AUDIT_OUTPUT], .format = p->val[O_AUDIT_FORMAT], .hang = p->val[O_AUDIT_HANG]};
+	o->audit_opts = (struct audit_opts){.on = p->flag[O_AUDIT], .keep = p->flag[O_AUDIT_KEEP],
+		.layout = p->val[O_AUDIT_LAYOUT], .output = p->val[O_AUDIT_OUTPUT], .format = p->val[O_AUDIT_FORMAT],
+		.hang = p->val[O_AUDIT_HANG], .log_dir = o->log_dir};
+	/* the world is known at start when the node count is fixed; one worker
+	 * alone may start its own ranks (mp.spawn): its world is not known */
+	if (o->min_nodes == o->max_nodes && (uint64_t)o->max_nodes * o->nproc > 1 &&
+	    (uint64_t)o->max_nodes * o->nproc <= UINT_MAX)
+		o->audit_opts.world = o->max_nodes * o->nproc;
 	if ((r = parse_signals(p, o)))
 		return r;
 	if (o->node_rank >= o->max_nodes)
