@@ -1,14 +1,24 @@
 /* dptp-run --audit: the LD_PRELOAD recorder (libdptp-audit.so), appended to
  * the workers' LD_PRELOAD. It writes the records of lib/base/audit_rec.h
- * (sock, shm, dev, nccl) for bind/connect/listen on AF_UNIX and AF_INET/6,
- * shm_open/shm_unlink and opens under /dev/shm, cudaSetDevice, and NCCL
- * communicator creation and collectives where libcudart/libnccl are loaded.
+ * (hello, sock, shm, dev, nccl, gpu, cap, end) for bind/connect/listen on
+ * AF_UNIX and AF_INET/6, shm_open/shm_unlink and opens under /dev/shm,
+ * cudaSetDevice, NCCL communicator creation and collectives, and CUDA IPC
+ * and VMM shareable-handle exports and imports where libcudart, libcuda and
+ * libnccl are loaded.
+ *
+ * Every process with DPTP_AUDIT_DIR in its environment records, into its
+ * own file a<att>.p<pid>.c.jsonl: a forked child opens its own file (a
+ * pthread_atfork handler) and an exec'd image appends to its pid's file,
+ * numbering itself from DPTP_AUDIT_IMG=<pid>:<image>, the one variable the
+ * recorder sets (in place, in a buffer of its own).
  *
  * Each wrapper calls the next definition (dlsym(RTLD_NEXT)) and writes one
  * record with one write(2) built in a stack buffer without stdio or malloc:
  * async-signal-safe once the next definitions are resolved (at load for the
- * libc calls). Only the worker records (its parent is dptp-run, named by
- * DPTP_AUDIT_PPID); a forked child stops recording. */
+ * libc calls). The record descriptor is moved high (>= 1000, or near the
+ * top of RLIMIT_NOFILE when lower) and its (st_dev, st_ino) checked with
+ * fstat before each write: a descriptor the program closed and reused is
+ * never written to; the file is opened again by its path. */
 /* open and open64 are both interposed: neither may be renamed to the other */
 #undef _FILE_OFFSET_BITS
 #include <dlfcn.h>
@@ -24,8 +34,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,7 +46,26 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* the record file: its descriptor, identity and path */
 static int rec_fd = -1;
+static dev_t rec_dev;
+static ino_t rec_ino;
+static char rec_path[4096];
+static bool rec_on; /* DPTP_AUDIT_DIR was set: this process and its children record */
+/* counts of this image: written, lost (write errors, the cap), taken (cap) */
+static unsigned long n_written, n_lost, n_taken, rec_max = DPTP_AUDIT_MAX_DEFAULT;
+static int rec_ended, torn;
+static pid_t rec_pid; /* the process the file is for */
+/* the exit status, from exit() or main's return */
+static int exit_code;
+static bool exit_known;
+/* the hello's facts, found once per image */
+static struct {
+	int rank, world, local_rank, att, img, launcher;
+	bool py;
+	char exe[512], host[256];
+} me;
+static char img_env[64];
 
 /* ---- a record in a stack buffer ------------------------------------- */
 
@@ -92,6 +123,27 @@ static void put_key_int(struct line *l, const char *key, long long v)
 	put_int(l, v);
 }
 
+static void put_key_bool(struct line *l, const char *key, bool v)
+{
+	put(l, ",\"");
+	put(l, key);
+	put(l, v ? "\":true" : "\":false");
+}
+
+static void put_hex(struct line *l, const char *key, uint64_t v)
+{
+	static const char hex[] = "0123456789abcdef";
+	char s[17];
+	for (int k = 15; k >= 0; k--, v >>= 4)
+		s[k] = hex[v & 15];
+	s[16] = '\0';
+	put(l, ",\"");
+	put(l, key);
+	put(l, "\":\"");
+	put(l, s);
+	put(l, "\"");
+}
+
 static void put_time(struct line *l)
 {
 	struct timespec ts;
@@ -107,20 +159,6 @@ static void put_time(struct line *l)
 	put(l, frac);
 }
 
-static void emit(struct line *l)
-{
-	int fd = rec_fd;
-	if (fd < 0)
-		return;
-	put_time(l);
-	l->b[l->n++] = '}';
-	l->b[l->n++] = '\n';
-	int e = errno;
-	ssize_t w = write(fd, l->b, l->n);
-	(void)w;
-	errno = e;
-}
-
 static void begin(struct line *l, const char *kind, const char *call)
 {
 	l->n = 0;
@@ -134,6 +172,188 @@ static void begin(struct line *l, const char *kind, const char *call)
 	}
 }
 
+/* ---- the record file -------------------------------------------------- */
+
+static int (*next_open)(const char *, int, ...);
+
+/* fd moved to a high number, close-on-exec: >= 1000, or the highest free
+ * one below the soft RLIMIT_NOFILE when that is 1000 or less (at most 64
+ * tries down); fd itself when none is free. */
+static int fd_high(int fd)
+{
+	struct rlimit rl;
+	long lo = 1000;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur <= 1000)
+		lo = (long)rl.rlim_cur - 1;
+	for (long k = lo; k > fd && k > lo - 64; k--) {
+		int h = fcntl(fd, F_DUPFD_CLOEXEC, (int)k);
+		if (h >= 0) {
+			close(fd);
+			return h;
+		}
+		if (errno != EMFILE && errno != EINVAL)
+			break;
+	}
+	return fd;
+}
+
+/* Opens rec_path (appending), moved high; notes its identity. */
+static int open_rec(void)
+{
+	struct stat st;
+	if (!next_open)
+		return -1;
+	int fd = next_open(rec_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -1;
+	fd = fd_high(fd);
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return -1;
+	}
+	rec_dev = st.st_dev;
+	rec_ino = st.st_ino;
+	return fd;
+}
+
+/* Whether fd is still the record file. */
+static bool is_rec(int fd)
+{
+	struct stat st;
+	return fd >= 0 && fstat(fd, &st) == 0 && st.st_ino == rec_ino && st.st_dev == rec_dev;
+}
+
+/* Set when the program closed the record descriptor's number or put a
+ * descriptor on it (close, close_range, closefrom, dup2, dup3 are
+ * interposed); every RECHECK_EVERY-th write checks anyway (a raw syscall). */
+static int rec_dirty;
+static unsigned rec_writes;
+#define RECHECK_EVERY 256
+
+static void touched(int lo, int hi)
+{
+	int fd = __atomic_load_n(&rec_fd, __ATOMIC_RELAXED);
+	if (fd >= lo && fd <= hi)
+		__atomic_store_n(&rec_dirty, 1, __ATOMIC_RELEASE);
+}
+
+/* The record descriptor, checked after the program touched its number
+ * (fstat: st_dev, st_ino): when the program closed it or put a file of its
+ * own on it, the file is opened again by path; the program's descriptor is
+ * left alone. -1 when not recording. */
+static int rec_check(void)
+{
+	int fd = __atomic_load_n(&rec_fd, __ATOMIC_ACQUIRE);
+	if (fd < 0)
+		return fd;
+	bool dirty = __atomic_exchange_n(&rec_dirty, 0, __ATOMIC_ACQ_REL);
+	if (!dirty && __atomic_add_fetch(&rec_writes, 1, __ATOMIC_RELAXED) % RECHECK_EVERY)
+		return fd;
+	if (is_rec(fd))
+		return fd;
+	int nfd = open_rec();
+	if (nfd < 0)
+		return -1;
+	if (!__atomic_compare_exchange_n(&rec_fd, &fd, nfd, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		close(nfd); /* another thread reopened it first */
+		return fd;
+	}
+	return nfd;
+}
+
+/* Ends l and writes it with one write(2); a short or failed write (ENOSPC,
+ * EFBIG, EIO) is counted lost, and a torn line is ended so that the
+ * records after it parse. */
+static void write_line(struct line *l)
+{
+	put_time(l);
+	l->b[l->n++] = '}';
+	l->b[l->n++] = '\n';
+	int e = errno, fd = rec_check();
+	ssize_t w = -1;
+	/* a torn line left by an earlier short write is ended first */
+	if (fd >= 0 && __atomic_load_n(&torn, __ATOMIC_RELAXED) && write(fd, "\n", 1) == 1)
+		__atomic_store_n(&torn, 0, __ATOMIC_RELAXED);
+	if (fd >= 0) {
+		do
+			w = write(fd, l->b, l->n);
+		while (w < 0 && errno == EINTR);
+	}
+	if (w == (ssize_t)l->n) {
+		__atomic_add_fetch(&n_written, 1, __ATOMIC_RELAXED);
+	} else {
+		__atomic_add_fetch(&n_lost, 1, __ATOMIC_RELAXED);
+		if (w > 0 && write(fd, "\n", 1) != 1)
+			__atomic_store_n(&torn, 1, __ATOMIC_RELAXED);
+	}
+	errno = e;
+}
+
+/* A record of the program's calls: written while under the cap
+ * (DPTP_AUDIT_MAX_RECORDS); the first one over it writes the `cap` record,
+ * and the ones after are counted lost. */
+static void emit(struct line *l)
+{
+	if (__atomic_load_n(&rec_fd, __ATOMIC_RELAXED) < 0)
+		return;
+	unsigned long n = __atomic_add_fetch(&n_taken, 1, __ATOMIC_RELAXED);
+	if (n <= rec_max) {
+		write_line(l);
+		return;
+	}
+	__atomic_add_fetch(&n_lost, 1, __ATOMIC_RELAXED);
+	if (n == rec_max + 1) {
+		struct line c;
+		begin(&c, "cap", NULL);
+		put_key_int(&c, "max", (long long)rec_max);
+		write_line(&c);
+	}
+}
+
+/* The file name of the object holding the code at ret (a caller's return
+ * address) and the offset into it; NULL when unknown. */
+static const char *code_at(const void *ret, uintptr_t *off)
+{
+	Dl_info di;
+	if (!ret || !dladdr(ret, &di) || !di.dli_fname)
+		return NULL;
+	const char *b = strrchr(di.dli_fname, '/');
+	b = b ? b + 1 : di.dli_fname;
+	if (!*b) { /* the main program */
+		b = strrchr(me.exe, '/');
+		b = b ? b + 1 : me.exe;
+	}
+	*off = (uintptr_t)ret - (uintptr_t)di.dli_fbase;
+	return b;
+}
+
+/* "lib.so+0xOFF" of the code at ret as the record's site; *by_nccl when
+ * that code is libnccl's. */
+static void put_site(struct line *l, const void *ret, bool *by_nccl)
+{
+	static const char hex[] = "0123456789abcdef";
+	uintptr_t off;
+	const char *b = code_at(ret, &off);
+	if (by_nccl)
+		*by_nccl = b && !strncmp(b, "libnccl", 7);
+	if (!b)
+		return;
+	char s[300];
+	size_t n = strnlen(b, 256);
+	memcpy(s, b, n);
+	memcpy(s + n, "+0x", 3);
+	n += 3;
+	int k = 0;
+	char tmp[20];
+	do
+		tmp[k++] = hex[off & 15];
+	while ((off >>= 4) && k < 16);
+	while (k)
+		s[n++] = tmp[--k];
+	put(l, ",\"site\":");
+	put_str(l, s, n);
+}
+
 /* ---- the next definitions -------------------------------------------- */
 
 static int (*next_bind)(int, const struct sockaddr *, socklen_t);
@@ -141,10 +361,12 @@ static int (*next_connect)(int, const struct sockaddr *, socklen_t);
 static int (*next_listen)(int, int);
 static int (*next_shm_open)(const char *, int, mode_t);
 static int (*next_shm_unlink)(const char *);
-static int (*next_open)(const char *, int, ...);
 static int (*next_open64)(const char *, int, ...);
 static int (*next_openat)(int, const char *, int, ...);
 static int (*next_openat64)(int, const char *, int, ...);
+static void (*next_exit)(int);
+static void (*next__exit)(int);
+static void (*next__Exit)(int);
 
 /* The library a wrapped CUDA or NCCL symbol lives in may not be in the
  * global scope (torch loads libtorch_cuda, and with it libnccl, with
@@ -180,22 +402,181 @@ static void *next_in(const char *name, const char *lib)
 	return fn;
 }
 
+/* nccl* in libnccl, cuda* in libcudart, cu* in libcuda */
 static void *next(const char *name)
 {
-	return next_in(name, !strncmp(name, "nccl", 4) ? "libnccl" : !strncmp(name, "cuda", 4) ? "libcudart" : NULL);
-}
-
-static void forget(void)
-{
-	if (rec_fd >= 0)
-		close(rec_fd);
-	rec_fd = -1;
+	const char *lib = !strncmp(name, "nccl", 4)   ? "libnccl"
+			  : !strncmp(name, "cuda", 4) ? "libcudart"
+			  : !strncmp(name, "cu", 2)   ? "libcuda.so"
+						      : NULL;
+	return next_in(name, lib);
 }
 
 static int env_int(const char *name, int dflt)
 {
 	const char *v = getenv(name);
 	return v && *v ? atoi(v) : dflt;
+}
+
+/* ---- hello and end ---------------------------------------------------- */
+
+/* rec_path := DIR/a<att>.p<pid>.c.jsonl; false when too long */
+static bool make_path(const char *dir, pid_t pid)
+{
+	struct line l;
+	l.n = 0;
+	put(&l, dir);
+	put(&l, "/a");
+	put_int(&l, me.att);
+	put(&l, ".p");
+	put_int(&l, pid);
+	put(&l, ".c.jsonl");
+	if (l.n >= sizeof(rec_path) || l.n >= sizeof(l.b) - 3)
+		return false;
+	memcpy(rec_path, l.b, l.n);
+	rec_path[l.n] = '\0';
+	return true;
+}
+
+/* DPTP_AUDIT_IMG=<pid>:<img>, fixed width, written in place: into the
+ * environment's own string when it has that width (so that a program that
+ * passes main's envp on, as bash does, passes it too), else into the buffer
+ * given to putenv() */
+#define IMG_FMT_LEN 17 /* 10 digits, ':', 6 digits */
+static char *img_val;
+
+static void set_img_env(pid_t pid, int img)
+{
+	char v[IMG_FMT_LEN + 1];
+	unsigned long p = (unsigned long)pid, m = (unsigned long)img;
+	for (int k = 9; k >= 0; k--, p /= 10)
+		v[k] = (char)('0' + p % 10);
+	v[10] = ':';
+	for (int k = 16; k >= 11; k--, m /= 10)
+		v[k] = (char)('0' + m % 10);
+	v[IMG_FMT_LEN] = '\0';
+	if (img_val)
+		memcpy(img_val, v, sizeof(v));
+}
+
+/* img_val: where the value lives, after the first set_img_env() */
+static void place_img_env(void)
+{
+	char *cur = getenv(DPTP_AUDIT_IMG_ENV);
+	if (cur && strlen(cur) == IMG_FMT_LEN) {
+		img_val = cur;
+		return;
+	}
+	memcpy(img_env, DPTP_AUDIT_IMG_ENV "=", sizeof(DPTP_AUDIT_IMG_ENV));
+	img_val = img_env + sizeof(DPTP_AUDIT_IMG_ENV);
+	memset(img_val, '0', IMG_FMT_LEN);
+	img_val[IMG_FMT_LEN] = '\0';
+	if (putenv(img_env) != 0)
+		img_val = NULL;
+}
+
+/* The image number of this process image: one more than the one that
+ * exec'd it (DPTP_AUDIT_IMG names this pid), else the hellos already in
+ * this pid's file (an exec whose environment was copied before a fork),
+ * else 0. */
+static int image_number(void)
+{
+	const char *v = getenv(DPTP_AUDIT_IMG_ENV);
+	char *end;
+	if (v) {
+		long pid = strtol(v, &end, 10);
+		if (pid == (long)getpid() && *end == ':')
+			return atoi(end + 1) + 1;
+	}
+	int fd = next_open(rec_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	static const char pat[] = "{\"k\":\"hello\"";
+	const size_t np = sizeof(pat) - 1;
+	char buf[65536];
+	size_t have = 0;
+	int n = 0;
+	for (;;) {
+		ssize_t r = read(fd, buf + have, sizeof(buf) - have);
+		if (r <= 0)
+			break;
+		have += (size_t)r;
+		size_t i = 0;
+		for (; i + np <= have; i++)
+			if (buf[i] == '{' && !memcmp(buf + i, pat, np))
+				n++;
+		memmove(buf, buf + i, have - i);
+		have -= i;
+	}
+	close(fd);
+	return n;
+}
+
+static void hello(void)
+{
+	struct line l;
+	begin(&l, "hello", NULL);
+	put(&l, ",\"rec\":\"c\"");
+	put_key_int(&l, "rank", me.rank);
+	put_key_int(&l, "world", me.world);
+	put_key_int(&l, "local_rank", me.local_rank);
+	put_key_int(&l, "pid", getpid());
+	put_key_int(&l, "ppid", getppid());
+	put_key_bool(&l, "worker", me.launcher > 0 && getppid() == me.launcher);
+	put_key_bool(&l, "py", me.py);
+	put(&l, ",\"exe\":");
+	put_str(&l, me.exe, strlen(me.exe));
+	put_key_int(&l, "img", me.img);
+	put(&l, ",\"host\":");
+	put_str(&l, me.host, strlen(me.host));
+	put_key_int(&l, "att", me.att);
+	write_line(&l);
+}
+
+/* `end`, once per image: how it ended, the exit status when known, and the
+ * counts of records written before it and lost */
+static void end(const char *how, int code, bool known)
+{
+	/* not in a vfork()ed child that fails its exec: it shares our memory */
+	if (__atomic_load_n(&rec_fd, __ATOMIC_RELAXED) < 0 || getpid() != rec_pid ||
+	    __atomic_exchange_n(&rec_ended, 1, __ATOMIC_ACQ_REL))
+		return;
+	struct line l;
+	begin(&l, "end", NULL);
+	put(&l, ",\"how\":\"");
+	put(&l, how);
+	put(&l, "\"");
+	if (known)
+		put_key_int(&l, "code", code);
+	else
+		put(&l, ",\"code\":null");
+	put_key_int(&l, "records", (long long)__atomic_load_n(&n_written, __ATOMIC_RELAXED));
+	put_key_int(&l, "lost", (long long)__atomic_load_n(&n_lost, __ATOMIC_RELAXED));
+	write_line(&l);
+}
+
+/* In a forked child: its own file, counts and hello; the parent's
+ * descriptor is closed only when it still is the parent's file. */
+static void after_fork_child(void)
+{
+	int old = rec_fd;
+	if (!rec_on)
+		return;
+	rec_fd = -1;
+	if (old >= 0 && is_rec(old))
+		close(old);
+	n_written = n_lost = n_taken = 0;
+	rec_ended = 0;
+	exit_known = false;
+	me.img = 0;
+	set_img_env(getpid(), 0);
+	const char *dir = getenv(DPTP_AUDIT_DIR_ENV);
+	if (!dir || !make_path(dir, getpid()))
+		return;
+	rec_pid = getpid();
+	rec_fd = open_rec();
+	if (rec_fd >= 0)
+		hello();
 }
 
 __attribute__((constructor)) static void audit_preload_init(void)
@@ -209,57 +590,165 @@ __attribute__((constructor)) static void audit_preload_init(void)
 	next_open64 = (int (*)(const char *, int, ...))next("open64");
 	next_openat = (int (*)(int, const char *, int, ...))next("openat");
 	next_openat64 = (int (*)(int, const char *, int, ...))next("openat64");
+	next_exit = (void (*)(int))next("exit");
+	next__exit = (void (*)(int))next("_exit");
+	next__Exit = (void (*)(int))next("_Exit");
 
-	const char *dir = getenv(DPTP_AUDIT_DIR_ENV), *ppid = getenv(DPTP_AUDIT_PPID_ENV);
-	if (!dir || !ppid || atoi(ppid) != (int)getppid() || !next_open)
+	const char *dir = getenv(DPTP_AUDIT_DIR_ENV);
+	if (!dir || !*dir || !next_open)
 		return;
-	int rank = env_int("RANK", -1), att = env_int("TORCHELASTIC_RESTART_COUNT", 0);
-	char path[4096];
-	struct line l;
-	l.n = 0;
-	put(&l, dir);
-	put(&l, "/r");
-	put_int(&l, rank);
-	put(&l, ".a");
-	put_int(&l, att);
-	put(&l, ".c.jsonl");
-	if (l.n >= sizeof(path))
+	rec_on = true;
+	me.rank = env_int("RANK", -1);
+	me.world = env_int("WORLD_SIZE", -1);
+	me.local_rank = env_int("LOCAL_RANK", -1);
+	me.att = env_int("TORCHELASTIC_RESTART_COUNT", 0);
+	me.launcher = env_int(DPTP_AUDIT_PPID_ENV, -1);
+	const char *max = getenv(DPTP_AUDIT_MAX_ENV);
+	if (max && *max) {
+		char *e;
+		unsigned long m = strtoul(max, &e, 10);
+		if (!*e)
+			rec_max = m;
+	}
+	ssize_t n = readlink("/proc/self/exe", me.exe, sizeof(me.exe) - 1);
+	me.exe[n > 0 ? n : 0] = '\0';
+	const char *b = strrchr(me.exe, '/');
+	me.py = dlsym(RTLD_DEFAULT, "Py_Initialize") || !strncmp(b ? b + 1 : me.exe, "python", 6);
+	gethostname(me.host, sizeof(me.host) - 1);
+	if (!make_path(dir, getpid()))
 		return;
-	memcpy(path, l.b, l.n);
-	path[l.n] = '\0';
-	rec_fd = next_open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	if (rec_fd < 0)
-		return;
-	pthread_atfork(NULL, NULL, forget);
-	char host[256] = "";
-	gethostname(host, sizeof(host) - 1);
-	begin(&l, "hello", NULL);
-	put(&l, ",\"rec\":\"c\"");
-	put_key_int(&l, "rank", rank);
-	put_key_int(&l, "world", env_int("WORLD_SIZE", -1));
-	put_key_int(&l, "local_rank", env_int("LOCAL_RANK", -1));
-	put_key_int(&l, "pid", getpid());
-	put(&l, ",\"host\":");
-	put_str(&l, host, strlen(host));
-	put_key_int(&l, "att", att);
-	emit(&l);
+	me.img = image_number();
+	place_img_env();
+	set_img_env(getpid(), me.img);
+	rec_pid = getpid();
+	rec_fd = open_rec();
+	pthread_atfork(NULL, NULL, after_fork_child);
+	if (rec_fd >= 0)
+		hello();
+}
+
+/* at exit() and main's return (the exit status known from either) */
+__attribute__((destructor)) static void audit_preload_fini(void)
+{
+	end("exit", exit_code, exit_known);
+}
+
+/* the next exit function, then the system call should it return */
+__attribute__((noreturn)) static void leave(void (*fn)(int), int code)
+{
+	if (fn)
+		fn(code);
+	syscall(SYS_exit_group, code);
+	__builtin_unreachable();
+}
+
+EXPORT void exit(int code)
+{
+	exit_code = code;
+	exit_known = true;
+	if (!next_exit)
+		next_exit = (void (*)(int))next("exit");
+	leave(next_exit, code);
+}
+
+/* os._exit() and _exit(2) skip the destructors: the end is written here */
+EXPORT void _exit(int code)
+{
+	end("_exit", code, true);
+	leave(next__exit, code);
+}
+
+EXPORT void _Exit(int code)
+{
+	end("_exit", code, true);
+	leave(next__Exit, code);
+}
+
+/* main's return value: glibc calls exit() from inside itself, where the
+ * interposed exit() does not see it */
+typedef int (*main_fn)(int, char **, char **);
+static main_fn real_main;
+
+static int main_wrap(int argc, char **argv, char **envp)
+{
+	int rc = real_main(argc, argv, envp);
+	exit_code = rc;
+	exit_known = true;
+	return rc;
+}
+
+EXPORT int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void), void (*fini)(void),
+			     void (*rtld_fini)(void), void *stack_end);
+EXPORT int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void), void (*fini)(void),
+			     void (*rtld_fini)(void), void *stack_end)
+{
+	int (*nx)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void), void *) =
+		(int (*)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void), void *))dlsym(
+			RTLD_NEXT, "__libc_start_main");
+	real_main = main;
+	return nx(main_wrap, argc, argv, init, fini, rtld_fini, stack_end);
+}
+
+/* ---- the program's descriptors: the record descriptor's number -------- */
+
+EXPORT int close(int fd)
+{
+	static int (*nx)(int);
+	if (!nx)
+		nx = (int (*)(int))next("close");
+	touched(fd, fd);
+	return nx(fd);
+}
+
+EXPORT int close_range(unsigned int lo, unsigned int hi, int flags);
+EXPORT int close_range(unsigned int lo, unsigned int hi, int flags)
+{
+	static int (*nx)(unsigned int, unsigned int, int);
+	if (!nx)
+		nx = (int (*)(unsigned int, unsigned int, int))next("close_range");
+	touched(lo > INT32_MAX ? INT32_MAX : (int)lo, hi > INT32_MAX ? INT32_MAX : (int)hi);
+	if (!nx) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return nx(lo, hi, flags);
+}
+
+EXPORT void closefrom(int lo);
+EXPORT void closefrom(int lo)
+{
+	static void (*nx)(int);
+	if (!nx)
+		nx = (void (*)(int))next("closefrom");
+	touched(lo, INT32_MAX);
+	if (nx)
+		nx(lo);
+}
+
+EXPORT int dup2(int fd, int to)
+{
+	static int (*nx)(int, int);
+	if (!nx)
+		nx = (int (*)(int, int))next("dup2");
+	touched(to, to);
+	return nx(fd, to);
+}
+
+EXPORT int dup3(int fd, int to, int flags)
+{
+	static int (*nx)(int, int, int);
+	if (!nx)
+		nx = (int (*)(int, int, int))next("dup3");
+	touched(to, to);
+	return nx(fd, to, flags);
 }
 
 /* ---- sockets --------------------------------------------------------- */
 
-/* Whether the code at ret (a caller's return address) belongs to libnccl:
- * NCCL binds ports of its own (its RAS thread, 28028 by default, in every
- * process since NCCL 2.24) and coordinates them itself; they are no name
- * the program chose. */
-static bool in_libnccl(const void *ret)
-{
-	Dl_info di;
-	if (!ret || !dladdr(ret, &di) || !di.dli_fname)
-		return false;
-	const char *b = strrchr(di.dli_fname, '/');
-	return !strncmp(b ? b + 1 : di.dli_fname, "libnccl", 7);
-}
-
+/* NCCL binds ports of its own (its RAS thread, 28028 by default, in every
+ * process since NCCL 2.24) and coordinates them itself; they are no name the
+ * program chose: such records say "by":"nccl" (the caller's code is
+ * libnccl's, see put_site()). */
 static void sock_record(const char *call, int fd, const struct sockaddr *sa, socklen_t len, int rc, int err,
 			const void *ret)
 {
@@ -308,7 +797,9 @@ static void sock_record(const char *call, int fd, const struct sockaddr *sa, soc
 	}
 	put_key_int(&l, "rc", rc);
 	put_key_int(&l, "err", rc < 0 ? err : 0);
-	if (in_libnccl(ret))
+	bool by_nccl;
+	put_site(&l, ret, &by_nccl);
+	if (by_nccl)
 		put(&l, ",\"by\":\"nccl\"");
 	emit(&l);
 }
@@ -347,7 +838,7 @@ EXPORT int listen(int fd, int backlog)
 
 /* ---- shared memory --------------------------------------------------- */
 
-static void shm_record(const char *call, const char *name, int flags, int rc, int err)
+static void shm_record(const char *call, const char *name, int flags, int rc, int err, const void *ret)
 {
 	struct line l;
 	if (rec_fd < 0 || !name)
@@ -358,6 +849,7 @@ static void shm_record(const char *call, const char *name, int flags, int rc, in
 	put_key_int(&l, "fl", flags);
 	put_key_int(&l, "rc", rc);
 	put_key_int(&l, "err", rc < 0 ? err : 0);
+	put_site(&l, ret, NULL);
 	emit(&l);
 }
 
@@ -366,7 +858,7 @@ EXPORT int shm_open(const char *name, int flags, mode_t mode)
 	if (!next_shm_open)
 		next_shm_open = (int (*)(const char *, int, mode_t))next("shm_open");
 	int rc = next_shm_open(name, flags, mode), e = errno;
-	shm_record("shm_open", name, flags, rc, e);
+	shm_record("shm_open", name, flags, rc, e, __builtin_return_address(0));
 	errno = e;
 	return rc;
 }
@@ -376,7 +868,7 @@ EXPORT int shm_unlink(const char *name)
 	if (!next_shm_unlink)
 		next_shm_unlink = (int (*)(const char *))next("shm_unlink");
 	int rc = next_shm_unlink(name), e = errno;
-	shm_record("shm_unlink", name, 0, rc, e);
+	shm_record("shm_unlink", name, 0, rc, e, __builtin_return_address(0));
 	errno = e;
 	return rc;
 }
@@ -404,7 +896,7 @@ static mode_t mode_arg(int flags, va_list ap)
 			nextp = (int (*)(PRE const char *, int, ...))next(#fn);      \
 		int rc = nextp(PREARG path, flags, mode), e = errno;                 \
 		if (under_dev_shm(path))                                             \
-			shm_record("open", path, flags, rc, e);                      \
+			shm_record("open", path, flags, rc, e, __builtin_return_address(0)); \
 		errno = e;                                                           \
 		return rc;                                                           \
 	}
@@ -462,8 +954,9 @@ EXPORT int cudaSetDevice(int dev)
 			last = dev;
 			begin(&l, "dev", NULL);
 			put_key_int(&l, "dev", dev);
-			put(&l, ",\"how\":\"cudaSetDevice\",\"site\":\"\"");
+			put(&l, ",\"how\":\"cudaSetDevice\"");
 			put_key_int(&l, "rc", rc);
+			put_site(&l, __builtin_return_address(0), NULL);
 			emit(&l);
 		}
 	}
@@ -501,20 +994,6 @@ static uint64_t comm_id(nccl_comm c)
 		if (comms[i].comm == c)
 			return comms[i].id;
 	return 0;
-}
-
-static void put_hex(struct line *l, const char *key, uint64_t v)
-{
-	static const char hex[] = "0123456789abcdef";
-	char s[17];
-	for (int k = 15; k >= 0; k--, v >>= 4)
-		s[k] = hex[v & 15];
-	s[16] = '\0';
-	put(l, ",\"");
-	put(l, key);
-	put(l, "\":\"");
-	put(l, s);
-	put(l, "\"");
 }
 
 static void nccl_init_record(uint64_t id, int nranks, int rank, int rc)
@@ -646,3 +1125,277 @@ NCCL_OP(ncclReduceScatter, "reduce_scatter", (const void *s, void *r, size_t n, 
 NCCL_OP(ncclSend, "send", (const void *s, size_t n, int dt, int peer, nccl_comm c, void *st), (s, n, dt, peer, c, st), n,
 	peer)
 NCCL_OP(ncclRecv, "recv", (void *r, size_t n, int dt, int peer, nccl_comm c, void *st), (r, n, dt, peer, c, st), n, peer)
+
+/* ---- GPU memory shared between processes ------------------------------ */
+
+/* CUDA IPC handles (cudaIpcMemHandle_t, CUipcMemHandle: 64 bytes, passed
+ * by value) and VMM shareable handles (cuMemExportToShareableHandle: a
+ * POSIX file descriptor or a 64-byte fabric handle). A `gpu` record's h is
+ * equal on the exporter and the importer of the same memory: FNV-1a 64 of
+ * the handle's 64 bytes, or for a descriptor (which the importer receives
+ * as another number) of its st_dev and st_ino (8 bytes each, host order). */
+typedef struct {
+	char reserved[64];
+} ipc_handle;
+
+#define VMM_FD 0x1     /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
+#define VMM_FABRIC 0x8 /* CU_MEM_HANDLE_TYPE_FABRIC */
+
+EXPORT int cudaIpcGetMemHandle(ipc_handle *handle, void *ptr);
+EXPORT int cudaIpcOpenMemHandle(void **ptr, ipc_handle handle, unsigned int flags);
+EXPORT int cuIpcGetMemHandle(ipc_handle *handle, unsigned long long dptr);
+EXPORT int cuIpcOpenMemHandle(unsigned long long *dptr, ipc_handle handle, unsigned int flags);
+EXPORT int cuIpcOpenMemHandle_v2(unsigned long long *dptr, ipc_handle handle, unsigned int flags);
+EXPORT int cuMemExportToShareableHandle(void *shareable, unsigned long long handle, int type, unsigned long long flags);
+EXPORT int cuMemImportFromShareableHandle(unsigned long long *handle, void *os_handle, int type);
+EXPORT int cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags);
+EXPORT int cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *status);
+EXPORT int cudaGetDriverEntryPoint(const char *sym, void **pfn, unsigned long long flags, int *status);
+EXPORT int cudaGetDriverEntryPointByVersion(const char *sym, void **pfn, unsigned int ver, unsigned long long flags,
+					    int *status);
+
+#define FNV_BASIS 0xcbf29ce484222325ULL
+
+/* h of a descriptor: its file's (st_dev, st_ino); *ino for the record */
+static uint64_t fd_hash(int fd, unsigned long long *ino)
+{
+	struct stat st;
+	uint64_t id[2];
+	*ino = 0;
+	if (fstat(fd, &st) < 0)
+		return 0;
+	id[0] = (uint64_t)st.st_dev;
+	id[1] = (uint64_t)st.st_ino;
+	*ino = (unsigned long long)st.st_ino;
+	return fnv(id, sizeof(id), FNV_BASIS);
+}
+
+/* the device current in the driver (the calling thread's context), else
+ * in the runtime, else -1 */
+static int gpu_device(void)
+{
+	static int (*ctx_dev)(int *);
+	int dev = -1;
+	if (!ctx_dev)
+		ctx_dev = (int (*)(int *))next("cuCtxGetDevice");
+	if (ctx_dev && ctx_dev(&dev) == 0)
+		return dev;
+	return cur_device();
+}
+
+static void gpu_record(const char *call, const char *api, const char *ht, uint64_t h, unsigned long long ino, int rc,
+		       const void *ret)
+{
+	struct line l;
+	uintptr_t off;
+	if (rec_fd < 0)
+		return;
+	/* the runtime's own driver calls: its call is recorded already */
+	const char *b = strcmp(api, "driver") ? NULL : code_at(ret, &off);
+	if (b && !strncmp(b, "libcudart", 9))
+		return;
+	begin(&l, "gpu", call);
+	put(&l, ",\"api\":\"");
+	put(&l, api);
+	put(&l, "\",\"ht\":\"");
+	put(&l, ht);
+	put(&l, "\"");
+	put_hex(&l, "h", h);
+	if (ino)
+		put_key_int(&l, "ino", (long long)ino);
+	put_key_int(&l, "dev", gpu_device());
+	put_key_int(&l, "rc", rc);
+	bool by_nccl;
+	put_site(&l, ret, &by_nccl);
+	if (by_nccl)
+		put(&l, ",\"by\":\"nccl\"");
+	emit(&l);
+}
+
+/* The real driver entry points of the wrapped names, as the driver handed
+ * them out (cuGetProcAddress, cudaGetDriverEntryPoint) or as found by name. */
+static struct drv_fn {
+	const char *name;
+	void *wrapper, *real;
+} drv[] = {
+	{"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, NULL},
+	{"cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle, NULL},
+	{"cuIpcOpenMemHandle_v2", (void *)cuIpcOpenMemHandle_v2, NULL},
+	{"cuMemExportToShareableHandle", (void *)cuMemExportToShareableHandle, NULL},
+	{"cuMemImportFromShareableHandle", (void *)cuMemImportFromShareableHandle, NULL},
+	{"cuGetProcAddress", (void *)cuGetProcAddress, NULL},
+	{"cuGetProcAddress_v2", (void *)cuGetProcAddress_v2, NULL},
+};
+enum { DRV_IPC_GET, DRV_IPC_OPEN, DRV_IPC_OPEN2, DRV_EXPORT, DRV_IMPORT, DRV_GPA, DRV_GPA2 };
+
+static void *drv_real(int i)
+{
+	void *fn = __atomic_load_n(&drv[i].real, __ATOMIC_ACQUIRE);
+	if (!fn) {
+		fn = next(drv[i].name);
+		if (fn == drv[i].wrapper)
+			fn = NULL;
+		__atomic_store_n(&drv[i].real, fn, __ATOMIC_RELEASE);
+	}
+	return fn;
+}
+
+/* An entry point handed out for sym (*pfn): a wrapped one is kept as the
+ * real one and our wrapper handed out instead. cuIpcOpenMemHandle may be
+ * handed out as either version: both have the same parameters. */
+static int drv_swap(int rc, const char *sym, void **pfn)
+{
+	if (rc || !sym || !pfn || !*pfn || strncmp(sym, "cu", 2))
+		return rc;
+	for (size_t i = 0; i < sizeof(drv) / sizeof(drv[0]); i++)
+		if (!strcmp(sym, drv[i].name)) {
+			if (*pfn != drv[i].wrapper)
+				__atomic_store_n(&drv[i].real, *pfn, __ATOMIC_RELEASE);
+			*pfn = drv[i].wrapper;
+			break;
+		}
+	return rc;
+}
+
+/* an IPC handle's record; h 0 when there is no handle (a failed export) */
+static void ipc_record(const char *call, const char *api, const ipc_handle *h, int rc, const void *ret)
+{
+	gpu_record(call, api, "ipc", h ? fnv(h, sizeof(*h), FNV_BASIS) : 0, 0, rc, ret);
+}
+
+EXPORT int cudaIpcGetMemHandle(ipc_handle *handle, void *ptr)
+{
+	static int (*nx)(ipc_handle *, void *);
+	if (!nx)
+		nx = (int (*)(ipc_handle *, void *))next("cudaIpcGetMemHandle");
+	if (!nx)
+		return 3; /* cudaErrorInitializationError */
+	int rc = nx(handle, ptr);
+	ipc_record("ipc_get", "runtime", rc == 0 ? handle : NULL, rc, __builtin_return_address(0));
+	return rc;
+}
+
+EXPORT int cudaIpcOpenMemHandle(void **ptr, ipc_handle handle, unsigned int flags)
+{
+	static int (*nx)(void **, ipc_handle, unsigned int);
+	if (!nx)
+		nx = (int (*)(void **, ipc_handle, unsigned int))next("cudaIpcOpenMemHandle");
+	if (!nx)
+		return 3;
+	int rc = nx(ptr, handle, flags);
+	ipc_record("ipc_open", "runtime", &handle, rc, __builtin_return_address(0));
+	return rc;
+}
+
+EXPORT int cuIpcGetMemHandle(ipc_handle *handle, unsigned long long dptr)
+{
+	int (*nx)(ipc_handle *, unsigned long long) = (int (*)(ipc_handle *, unsigned long long))drv_real(DRV_IPC_GET);
+	if (!nx)
+		return 3; /* CUDA_ERROR_NOT_INITIALIZED */
+	int rc = nx(handle, dptr);
+	ipc_record("ipc_get", "driver", rc == 0 ? handle : NULL, rc, __builtin_return_address(0));
+	return rc;
+}
+
+static int ipc_open_driver(int which, unsigned long long *dptr, ipc_handle handle, unsigned int flags, const void *ret)
+{
+	int (*nx)(unsigned long long *, ipc_handle, unsigned int) =
+		(int (*)(unsigned long long *, ipc_handle, unsigned int))drv_real(which);
+	if (!nx)
+		nx = (int (*)(unsigned long long *, ipc_handle, unsigned int))drv_real(which == DRV_IPC_OPEN ? DRV_IPC_OPEN2
+													: DRV_IPC_OPEN);
+	if (!nx)
+		return 3;
+	int rc = nx(dptr, handle, flags);
+	ipc_record("ipc_open", "driver", &handle, rc, ret);
+	return rc;
+}
+
+EXPORT int cuIpcOpenMemHandle(unsigned long long *dptr, ipc_handle handle, unsigned int flags)
+{
+	return ipc_open_driver(DRV_IPC_OPEN, dptr, handle, flags, __builtin_return_address(0));
+}
+
+EXPORT int cuIpcOpenMemHandle_v2(unsigned long long *dptr, ipc_handle handle, unsigned int flags)
+{
+	return ipc_open_driver(DRV_IPC_OPEN2, dptr, handle, flags, __builtin_return_address(0));
+}
+
+EXPORT int cuMemExportToShareableHandle(void *shareable, unsigned long long handle, int type, unsigned long long flags)
+{
+	int (*nx)(void *, unsigned long long, int, unsigned long long) =
+		(int (*)(void *, unsigned long long, int, unsigned long long))drv_real(DRV_EXPORT);
+	if (!nx)
+		return 3;
+	int rc = nx(shareable, handle, type, flags);
+	unsigned long long ino = 0;
+	uint64_t h = 0;
+	if (rc == 0 && shareable && type == VMM_FD)
+		h = fd_hash(*(int *)shareable, &ino);
+	else if (rc == 0 && shareable && type == VMM_FABRIC)
+		h = fnv(shareable, 64, FNV_BASIS);
+	gpu_record("vmm_export", "driver", type == VMM_FD ? "fd" : type == VMM_FABRIC ? "fabric" : "other", h, ino, rc,
+		   __builtin_return_address(0));
+	return rc;
+}
+
+EXPORT int cuMemImportFromShareableHandle(unsigned long long *handle, void *os_handle, int type)
+{
+	int (*nx)(unsigned long long *, void *, int) = (int (*)(unsigned long long *, void *, int))drv_real(DRV_IMPORT);
+	if (!nx)
+		return 3;
+	unsigned long long ino = 0;
+	uint64_t h = 0;
+	/* before the call: the importer may close the descriptor once imported */
+	if (type == VMM_FD)
+		h = fd_hash((int)(intptr_t)os_handle, &ino);
+	else if (type == VMM_FABRIC && os_handle)
+		h = fnv(os_handle, 64, FNV_BASIS);
+	int rc = nx(handle, os_handle, type);
+	gpu_record("vmm_import", "driver", type == VMM_FD ? "fd" : type == VMM_FABRIC ? "fabric" : "other", h, ino, rc,
+		   __builtin_return_address(0));
+	return rc;
+}
+
+/* The driver's entry points by name (CUDA 11.3+; the runtime and NCCL get
+ * theirs this way): the wrapped ones are handed out as ours. */
+EXPORT int cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags)
+{
+	int (*nx)(const char *, void **, int, unsigned long long) =
+		(int (*)(const char *, void **, int, unsigned long long))drv_real(DRV_GPA);
+	if (!nx)
+		return 3;
+	return drv_swap(nx(sym, pfn, ver, flags), sym, pfn);
+}
+
+EXPORT int cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *status)
+{
+	int (*nx)(const char *, void **, int, unsigned long long, int *) =
+		(int (*)(const char *, void **, int, unsigned long long, int *))drv_real(DRV_GPA2);
+	if (!nx)
+		return 3;
+	return drv_swap(nx(sym, pfn, ver, flags, status), sym, pfn);
+}
+
+/* The runtime's way to the driver's entry points (torch's c10 driver API). */
+EXPORT int cudaGetDriverEntryPoint(const char *sym, void **pfn, unsigned long long flags, int *status)
+{
+	static int (*nx)(const char *, void **, unsigned long long, int *);
+	if (!nx)
+		nx = (int (*)(const char *, void **, unsigned long long, int *))next("cudaGetDriverEntryPoint");
+	if (!nx)
+		return 3;
+	return drv_swap(nx(sym, pfn, flags, status), sym, pfn);
+}
+
+EXPORT int cudaGetDriverEntryPointByVersion(const char *sym, void **pfn, unsigned int ver, unsigned long long flags,
+					    int *status)
+{
+	static int (*nx)(const char *, void **, unsigned int, unsigned long long, int *);
+	if (!nx)
+		nx = (int (*)(const char *, void **, unsigned int, unsigned long long, int *))next(
+			"cudaGetDriverEntryPointByVersion");
+	if (!nx)
+		return 3;
+	return drv_swap(nx(sym, pfn, ver, flags, status), sym, pfn);
+}

@@ -1,31 +1,58 @@
 /* The audit's record format (dptp-run --audit), defined once here for its
  * three users: the Python recorder (launcher/audit/dptp_audit_rec.py), the
  * LD_PRELOAD recorder (launcher/audit/preload.c) and the analysis
- * (launcher/audit.c).
+ * (launcher/audit/). The contract between them: /work/contract.md of the
+ * session that made it, kept here.
  *
- * Files: one per recorder and worker, under the job's audit folder
- * ($DPTP_AUDIT_DIR), named r<RANK>.a<RESTART>.<py|c>.jsonl. Each record is
- * one JSON object on one line, written with one write(2) on an O_APPEND
- * descriptor: a record is in the file as soon as the call it describes
- * starts, so the files survive a crash or a SIGKILL. Values are strings,
- * integers (64-bit), floats, true/false/null and arrays of integers; objects
- * do not nest. Keys, by kind ("k"):
+ * Files: one per recorder and recording process, under the job's audit
+ * folder ($DPTP_AUDIT_DIR), named a<RESTART>.p<PID>.<py|c>.jsonl (every
+ * process with DPTP_AUDIT_DIR records: the workers and every process they
+ * start; an exec in the same pid appends to the same file, after a second
+ * hello); the launcher's own launcher.jsonl (wstart, wexit, hang). Each
+ * record is one JSON object on one line, written with one write(2) on an
+ * O_APPEND descriptor held high (>= 1000) and checked before each write: a
+ * record is in the file as soon as the call it describes starts, so the
+ * files survive a crash or a SIGKILL. Values are strings, integers (64-bit),
+ * floats, true/false/null and arrays of integers; objects do not nest.
+ * Readers ignore keys they do not know. Keys, by kind ("k"):
  *
- *   hello  rank world local_rank pid host att(restart count) rec("py"|"c")
- *          [torch (version)]                 first record of every file
+ *   hello  rank world local_rank (from the environment as inherited, -1
+ *          absent) pid ppid worker(getppid() == DPTP_AUDIT_PPID) host
+ *          att(restart count) rec("py"|"c") [torch (version)] [flags pre]
+ *          (py) [py exe img] (c: a Python interpreter?, /proc/self/exe, 0
+ *          for the pid's first image, 1 after its first exec, ...)
+ *                                            first record of every image
+ *   world  id("HOST:PORT"|"file:PATH"|...) size rank backend timeout
  *   group  g(global ranks, group-rank order) gn site [backend]
  *   op     op g gn seq [src dst gsrc gdst (as passed)] n(elements, -1
- *          unknown) [dt dev] site t          a torch.distributed call, at entry
+ *          unknown) [dt dev fc] site t       a torch.distributed call, at entry
+ *   done   g gn seq [err]                    its return
+ *   site   call key site outer               the Python frame of the C
+ *                                            record that follows (call+key)
  *   dev    dev how site                      a device selection
  *   sock   call(bind|connect|listen) fam(unix|inet|inet6) addr [port] rc err
- *   shm    call(shm_open|shm_unlink|open) name fl(open flags) rc err
+ *          [site] [by("nccl")]
+ *   shm    call(shm_open|shm_unlink|open) name fl(open flags) rc err [site]
  *   nccl   call(init|op) id [nranks crank dev op n root] rc
- *   exit   t                                 the interpreter's orderly exit
+ *   gpu    call(ipc_get|ipc_open|vmm_export|vmm_import) api(runtime|driver)
+ *          ht(ipc|fd|fabric|other) h [ino] dev rc [site] [by("nccl")]
+ *          h: 16 hex digits, equal on the exporter and the importer of the
+ *          same memory: FNV-1a 64 (basis 0xcbf29ce484222325) of the 64
+ *          handle bytes (ipc, fabric), or of the descriptor's st_dev then
+ *          st_ino, 8 bytes each in host order (fd); ino: that st_ino
+ *   cap    max                               the per-process record cap
+ *                                            (DPTP_AUDIT_MAX_RECORDS) reached
+ *   count  g gn seq                          calls per group after the cap
+ *   end    how(exit|_exit|atexit) code(null: unknown) records lost
+ *          (records: written by this image before it, its hello included;
+ *          lost: not written: write errors, short writes, over the cap)
+ *   exit   t                                 the old end (readers accept it)
  *
  * g + gn name a group across ranks: its member list and, among the groups
  * with that member list, the order this rank created it in (0 first).
  * seq counts the calls on that group, from 1. site is "file:line" of the
- * caller outside torch. */
+ * caller outside torch, or in C records "lib.so+0xOFF" of the calling code
+ * (dladdr). All t are CLOCK_MONOTONIC seconds. */
 #ifndef DPTP_LIB_AUDIT_REC_H
 #define DPTP_LIB_AUDIT_REC_H
 
@@ -34,9 +61,15 @@
 #include <stdint.h>
 
 #define DPTP_AUDIT_DIR_ENV "DPTP_AUDIT_DIR"
-/* the launcher's pid: only its direct children (the workers) record */
+/* the launcher's pid: a process whose parent it is, is a worker */
 #define DPTP_AUDIT_PPID_ENV "DPTP_AUDIT_PPID"
-#define DPTP_AUDIT_FILE_FMT "r%d.a%d.%s.jsonl"
+/* the C recorder's image count, <pid>:<image> (the one variable it sets) */
+#define DPTP_AUDIT_IMG_ENV "DPTP_AUDIT_IMG"
+/* the per-process record cap */
+#define DPTP_AUDIT_MAX_ENV "DPTP_AUDIT_MAX_RECORDS"
+#define DPTP_AUDIT_MAX_DEFAULT 200000
+/* a<att>.p<pid>.<py|c>.jsonl */
+#define DPTP_AUDIT_FILE_FMT "a%d.p%d.%s.jsonl"
 
 #define DPTP_AUDIT_MAX_FIELDS 24
 
