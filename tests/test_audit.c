@@ -60,7 +60,7 @@ __attribute__((format(printf, 3, 4)))
 static void rec(int rank, const char *kind, const char *fmt, ...)
 {
 	char path[128];
-	snprintf(path, sizeof(path), "%s/r%d.a0.%s.jsonl", dir, rank, kind);
+	snprintf(path, sizeof(path), "%s/a0.p%d.%s.jsonl", dir, 1000 + rank, kind);
 	FILE *f = fopen(path, "a");
 	assert_non_null(f);
 	va_list ap;
@@ -75,17 +75,28 @@ static void rec(int rank, const char *kind, const char *fmt, ...)
 static void job(int world)
 {
 	for (int r = 0; r < world; r++) {
-		rec(r, "py", "{\"k\":\"hello\",\"rec\":\"py\",\"rank\":%d,\"world\":%d,\"local_rank\":%d,\"pid\":1,\"host\":\"h\",\"att\":0}",
-			r, world, r);
+		rec(r, "py", "{\"k\":\"hello\",\"rec\":\"py\",\"rank\":%d,\"world\":%d,\"local_rank\":%d,\"pid\":%d,\"host\":\"h\",\"att\":0,\"worker\":true}",
+			r, world, r, 1000 + r);
+		rec(r, "py", "{\"k\":\"world\",\"id\":\"h:29500\",\"size\":%d,\"rank\":%d,\"backend\":\"gloo\",\"timeout\":1800,\"t\":0.5}", world, r);
 		rec(r, "py", "{\"k\":\"group\",\"g\":[%d,%d],\"gn\":0,\"site\":\"m.py:1\"}", r / 2 * 2, r / 2 * 2 + 1);
 		rec(r, "py", "{\"k\":\"group\",\"g\":[%d,%d],\"gn\":0,\"site\":\"m.py:2\"}", r % 2, r % 2 + 2);
 	}
 }
 
+static struct audit_report rep;
+
+/* the job's first world */
 static void analyze(struct audit_result *res, bool hung)
 {
 	struct dptp_err err = {0};
-	assert_int_equal(audit_analyze(dir, NULL, hung, res, &err), 0);
+	assert_int_equal(audit_analyze_job(dir, NULL, hung ? 0 : -1, &rep, &err), 0);
+	assert_true(rep.nw >= 1);
+	*res = rep.w[0];
+}
+
+static void done(void)
+{
+	audit_report_release(&rep);
 }
 
 static void test_healthy(void **state)
@@ -114,7 +125,7 @@ static void test_healthy(void **state)
 	for (size_t i = 0; i < res.nf; i++)
 		print_message("unexpected: %c %s\n", res.f[i].mech, res.f[i].detail);
 	assert_int_equal(res.nf, 0);
-	audit_analyze_result_release(&res);
+	done();
 }
 
 /* NCCL's RAS port, bound from inside libnccl by every process (the
@@ -139,7 +150,7 @@ static void test_nccl_own_port(void **state)
 	for (size_t i = 0; i < res.nf; i++)
 		print_message("unexpected: %c %s\n", res.f[i].mech, res.f[i].detail);
 	assert_int_equal(res.nf, 0);
-	audit_analyze_result_release(&res);
+	done();
 }
 
 static void test_nccl_own_port_by_program(void **state)
@@ -151,7 +162,7 @@ static void test_nccl_own_port_by_program(void **state)
 	assert_true(res.nf >= 1);
 	assert_true(res.f[0].mech == 'I' || res.f[0].mech == 'C');
 	assert_non_null(strstr(res.f[0].detail, "28028"));
-	audit_analyze_result_release(&res);
+	done();
 }
 
 static void test_p_size(void **state)
@@ -167,7 +178,7 @@ static void test_p_size(void **state)
 	assert_int_equal(res.f[0].mech, 'P');
 	assert_int_equal(res.f[0].nreplicas, 2);
 	assert_non_null(strstr(res.f[0].detail, "n=6"));
-	audit_analyze_result_release(&res);
+	done();
 }
 
 static void test_p_missing(void **state)
@@ -188,7 +199,7 @@ static void test_p_missing(void **state)
 	assert_int_equal(res.f[0].ranks[0], 2);
 	assert_int_equal(res.f[0].replicas[0], 1);
 	assert_non_null(strstr(res.f[0].detail, "never entered all_reduce"));
-	audit_analyze_result_release(&res);
+	done();
 }
 
 static void test_r_twin(void **state)
@@ -203,7 +214,7 @@ static void test_r_twin(void **state)
 	assert_int_equal(res.f[0].mech, 'R');
 	assert_int_equal(res.f[0].nranks, 1);
 	assert_int_equal(res.f[0].ranks[0], 2);
-	audit_analyze_result_release(&res);
+	done();
 }
 
 static void test_g_cross(void **state)
@@ -221,7 +232,7 @@ static void test_g_cross(void **state)
 		assert_int_equal(res.f[i].mech, 'G');
 		assert_int_equal(res.f[i].replicas[0], 1);
 	}
-	audit_analyze_result_release(&res);
+	done();
 }
 
 static void test_nccl(void **state)
@@ -231,7 +242,7 @@ static void test_nccl(void **state)
 	 * all-reduces a buffer of another size (P), replica 0 broadcasts from
 	 * communicator rank 5 of 2 (R), and a healthy all-gather */
 	for (int r = 0; r < 4; r++) {
-		rec(r, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":%d,\"world\":4,\"local_rank\":%d,\"pid\":1,\"host\":\"h\"}", r, r);
+		rec(r, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":%d,\"world\":4,\"local_rank\":%d,\"pid\":1,\"host\":\"h\",\"worker\":true}", r, r);
 		rec(r, "c", "{\"k\":\"nccl\",\"call\":\"init\",\"id\":\"%016x\",\"nranks\":2,\"crank\":%d,\"dev\":%d,\"rc\":0}",
 			0xa0 + r / 2, r % 2, r);
 		rec(r, "c", "{\"k\":\"nccl\",\"call\":\"op\",\"op\":\"all_gather\",\"id\":\"%016x\",\"n\":64,\"dt\":7,\"rc\":0}", 0xa0 + r / 2);
@@ -250,7 +261,7 @@ static void test_nccl(void **state)
 	assert_int_equal(res.f[0].replicas[0], 1);
 	assert_int_equal(res.f[1].mech, 'R');
 	assert_int_equal(res.f[1].replicas[0], 0);
-	audit_analyze_result_release(&res);
+	done();
 }
 
 static void test_layout(void **state)
@@ -258,19 +269,22 @@ static void test_layout(void **state)
 	struct audit_result res;
 	/* no subgroup: every rank its own replica */
 	for (int r = 0; r < 2; r++)
-		rec(r, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":%d,\"world\":2,\"local_rank\":%d,\"pid\":1,\"host\":\"h\"}", r, r);
+		rec(r, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":%d,\"world\":2,\"local_rank\":%d,\"pid\":1,\"host\":\"h\",\"worker\":true}", r, r);
 	analyze(&res, false);
 	assert_true(res.layout_known);
 	assert_int_equal(res.layout.dp, 2);
 	assert_int_equal(res.nf, 0);
-	audit_analyze_result_release(&res);
+	done();
 	/* a subgroup that is no TP/PP/DP/EP group of any layout */
+	rec(0, "py", "{\"k\":\"world\",\"id\":\"h:1\",\"size\":4,\"rank\":0}");
 	rec(0, "py", "{\"k\":\"group\",\"g\":[0,3],\"gn\":0,\"site\":\"m.py:1\"}");
-	rec(2, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":2,\"world\":4,\"local_rank\":2,\"pid\":1,\"host\":\"h\"}");
 	analyze(&res, false);
+	/* rank 0's world of 4; the launcher's world (rank 1) has nothing to analyse */
+	assert_int_equal(rep.nw, 1);
+	assert_string_equal(res.world_id, "h:1");
 	assert_false(res.layout_known);
 	assert_non_null(strstr(res.layout_how, "could not be inferred"));
-	audit_analyze_result_release(&res);
+	done();
 }
 
 int main(void)

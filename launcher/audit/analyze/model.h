@@ -1,0 +1,300 @@
+/* dptp-run --audit, the analysis's own model (audit_analyze.h is the API):
+ * what load.c reads from the audit folder, shared by the mechanism files
+ * (p.c r.c i.c c.c g.c d.c) through the matching helpers of match.c.
+ *
+ * load.c streams every file once and keeps one compact record per call,
+ * socket, segment, NCCL or GPU event, each with the process (pid) that made
+ * it. It then gives every process its world and rank: from its `world`
+ * records (init_process_group) by time, else from the launcher's wstart or
+ * its environment (a worker, an NCCL program: the world "" of the attempt),
+ * else from the nearest ancestor that has one (a helper process). The
+ * mechanism files see one world at a time (struct st). */
+#ifndef DPTP_LAUNCHER_AUDIT_ANALYZE_MODEL_H
+#define DPTP_LAUNCHER_AUDIT_ANALYZE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "audit/audit_analyze.h"
+
+enum { R_SRC, R_DST, R_GSRC, R_GDST, R_N };
+extern const char *const root_key[R_N];
+
+#define A_MAXWORLDS 8 /* worlds one process may join (re-inits of one world count once) */
+
+struct a_world {
+	int att;
+	char id[128];
+	int size;
+	int nranks_seen;
+};
+
+/* a process group, interned per world: its member list and creation order */
+struct a_group {
+	int world;
+	int *ranks;
+	size_t n;
+	int gn;
+	bool created; /* a group record named it (not only a call) */
+};
+
+struct a_op {
+	int proc;
+	int world, rank; /* resolved after the load */
+	int gid;         /* index into job.g */
+	int pos;         /* index among this process's collectives on gid; -1: point-to-point */
+	long long seq;   /* the recorder's own number on the group, 0 unknown */
+	char op[32];
+	char dt[16];
+	int64_t n;
+	int64_t root[R_N];
+	bool has[R_N];
+	bool done;       /* a `done` (or the call returned by an NCCL record) */
+	double t;
+	const char *site; /* interned */
+};
+
+/* a socket or shared-memory event of the C recorder */
+struct a_res {
+	int proc, world, rank;
+	size_t ord;      /* its place in its file */
+	char what;       /* 'b' bound, 'c' connected, 's' segment created, 'o' opened */
+	bool excl;
+	bool unix_name;  /* an AF_UNIX name (else a port or a segment) */
+	bool port;
+	bool recovered;  /* a failed create followed by a successful one of the same process */
+	const char *key; /* interned: "@abstract", "/path", "port 5557", "/segment" */
+	const char *csite; /* the C recorder's own "lib+0xoff", interned, or "" */
+	const char *site; /* joined: the Python caller's, else csite */
+	int rc, err;
+	double t;
+};
+
+/* a GPU memory export or import of the C recorder */
+struct a_gpu {
+	int proc, world, rank;
+	size_t ord;
+	bool exp;        /* ipc_get / vmm_export (else ipc_open / vmm_import) */
+	char call[16];
+	const char *h;   /* interned handle hash */
+	const char *csite, *site;
+	int dev, rc;
+	double t;
+};
+
+/* an NCCL record of the C recorder */
+struct a_nccl {
+	int proc, world, rank;
+	bool init;
+	char id[20];     /* the communicator, by its unique id's hash */
+	int nranks, crank, dt, rc;
+	char op[32];
+	int64_t n, root; /* root: a rank of the communicator, -1 none */
+	double t;
+	const char *site;
+};
+
+/* a Python `site` record, to join with the C record that follows */
+struct a_site {
+	int proc;
+	size_t ord;
+	const char *jkey; /* interned: call class + key */
+	const char *site;
+};
+
+/* a per-process count record (past the cap) */
+struct a_count {
+	int proc;
+	int gid;
+	long long seq;
+};
+
+struct a_proc {
+	int att;
+	pid_t pid, ppid;
+	bool py, c;        /* a file of that recorder */
+	bool hello_py, hello_c, c_says_py, worker, pre;
+	bool ended;        /* an end or exit record */
+	bool torn;         /* a torn last line */
+	bool capped;
+	int64_t lost, cap_max;
+	char flags[8];
+	char exe[128];
+	char host[64];
+	int env_rank, env_world, local_rank;
+	/* the worlds it joined, by time */
+	int nw;
+	int w[A_MAXWORLDS], wrank[A_MAXWORLDS];
+	double wt[A_MAXWORLDS];
+	int cur_w;         /* the world of its Python records being read, -1 none */
+	/* its rank where it has no world record of its own: -1 none */
+	int home_w, home_rank;
+	int owner;         /* the process whose world its records belong to, -1 none */
+	size_t nrec;
+	bool raised;
+	char exc[160];
+	int dev_set, dev_tensor, dev_nccl, dev_c; /* -1 none */
+	char dev_site[160];
+	long last_op;      /* index into job.op, -1 none */
+	bool last_nccl_op; /* its last C record was an NCCL call */
+	int *cnt;          /* collectives so far per group (job.g index) */
+	size_t ncnt;
+	/* the launcher's view */
+	bool wstart, wexit;
+	int wrank_l;       /* rank from wstart */
+	int code, sig;
+	bool core;
+	double wexit_t;
+};
+
+/* a string table: each distinct string stored once */
+struct a_strtab {
+	char **v;
+	size_t n, cap;
+	size_t *slot; /* open addressing, indices + 1 */
+	size_t nslot;
+};
+
+struct job {
+	struct a_strtab str;
+	struct a_proc *p;
+	size_t np, capp;
+	struct a_world *w;
+	size_t nw, capw;
+	struct a_group *g;
+	size_t ng, capg;
+	size_t *gslot; /* open addressing over g, indices + 1 */
+	size_t ngslot;
+	struct a_op *op;
+	size_t nop, capop;
+	struct a_res *res;
+	size_t nres, capres;
+	struct a_gpu *gpu;
+	size_t ngpu, capgpu;
+	struct a_nccl *nccl;
+	size_t nnccl, capnccl;
+	struct a_site *sites;
+	size_t nsites, capsites;
+	struct a_count *cnt;
+	size_t ncnt, capcnt;
+	struct audit_exit *exits;
+	size_t nexits, capexits;
+	struct audit_gap *jgaps;
+	size_t njgaps, capjgaps;
+	size_t nrecords;
+	int maxatt;
+	double *hang_t;     /* per attempt: when the hang watch ended it, 0 never */
+	size_t nhang_t;
+	bool have_launcher; /* launcher.jsonl was there */
+};
+
+/* a world's rank, gathered from its processes */
+struct a_rank {
+	bool rec;           /* some process of it recorded */
+	bool py, c, exited, raised, capped;
+	bool nccl;          /* no Python records: its sequences are NCCL's */
+	int proc;           /* its (first) process, -1 none */
+	int local_rank;
+	pid_t pid;
+	char host[64];
+	char exc[160];
+	int dev;            /* the device it selected, -1 none */
+	char dev_site[160];
+	long last_op;       /* index into job.op, -1 none */
+	int sig;            /* the signal the launcher saw it end by, 0 none */
+	bool core;
+};
+
+/* one world under analysis */
+struct st {
+	struct job *j;
+	int world;          /* index into j->w */
+	int att, size;
+	struct a_rank *r;   /* [size] */
+	size_t *wops;       /* this world's ops, in load order (each process's in its order) */
+	size_t nwops;
+	size_t *byg;        /* this world's collective ops, sorted by (group, rank, pos) */
+	size_t nbyg;
+	size_t *gstart;     /* per group (j->g index): its first entry in byg; gend the end */
+	size_t *gend;
+	struct audit_result *out;
+	size_t capf, capgaps;
+};
+
+/* ---- load.c ---- */
+int job_load(struct job *j, const char *dir, struct dptp_err *err);
+void job_release(struct job *j);
+const char *str_intern(struct a_strtab *t, const char *s);
+
+/* ---- match.c ---- */
+int grow(void **p, size_t *cap, size_t want, size_t sz);
+void *push(void *pv, size_t *n, size_t *cap, size_t sz);
+bool is_p2p(const char *op);
+bool sized(const char *op);
+bool in_list(const int *v, size_t n, int64_t x);
+int cmp_int(const void *a, const void *b);
+int group_intern(struct job *j, int world, const int64_t *ranks, size_t n, int gn);
+void infer_layout(struct st *s, const struct dptp_layout *given);
+int replica_of(const struct audit_result *res, int rank);
+void fmt_ranks(char *buf, size_t len, const int *v, size_t n);
+__attribute__((format(printf, 7, 8)))
+int add_finding(struct st *s, char mech, const int *ranks, size_t nranks, const char *site, const char *op,
+		const char *fmt, ...);
+int set_group(struct audit_finding *f, const int *ranks, size_t n);
+__attribute__((format(printf, 4, 5)))
+int add_gap(struct st *s, int rank, pid_t pid, const char *fmt, ...);
+void describe_op(char *buf, size_t len, const struct a_op *o);
+bool same_call(const struct a_op *a, const struct a_op *b);
+bool group_spans_replicas(const struct st *s, const struct a_group *g);
+
+/* the collectives of each member on one group, in order */
+struct seqs {
+	const struct a_op ***v; /* v[member index][pos] */
+	size_t *len;
+	size_t n;
+};
+int build_seqs(const struct st *s, int gid, struct seqs *q);
+void free_seqs(struct seqs *q);
+/* the groups of this world, in j->g order: iterate gid with world_group() */
+bool world_group(const struct st *s, size_t gid);
+
+/* ---- the mechanisms, one file each ---- */
+int find_p(struct st *s, bool hung);
+int find_r(struct st *s);
+/* names.c: the sockets, ports and segments by name, for I, C and G */
+struct name_use {
+	const char *key;
+	bool port, unix_name, segment, excl;
+	int *owners;     /* sorted */
+	size_t no;
+	int *users;      /* connect / open without create, succeeded */
+	size_t nu;
+	size_t ncoll;    /* creates that failed (not recovered) */
+	int coll_err;
+	const char *site, *usite;
+	bool reps;       /* owners of different replicas */
+};
+int names_collect(struct st *s, struct name_use **out, size_t *n);
+void names_release(struct name_use *u, size_t n);
+bool name_collides(const struct name_use *u);
+const char *collision_how(const struct name_use *u);
+int find_i(struct st *s, const struct name_use *u, size_t n);
+int find_c(struct st *s, const struct name_use *u, size_t n);
+int find_g(struct st *s, const struct name_use *u, size_t n);
+int find_d(struct st *s);
+
+/* ---- p.c: the hang ---- */
+/* the replica behind on some group when every live rank waits in a
+ * collective: 1 with msg set (and a P finding with its trail added to
+ * s->out when add); 0 when a live rank is outside any collective (working);
+ * 2 when every live rank waits but no one is behind, or none is left; or
+ * -ENOMEM */
+int hang_blame(struct st *s, bool add, char *msg, size_t len);
+
+/* ---- analyze.c ---- */
+int world_open(struct st *s, struct job *j, int world, struct audit_result *out);
+void world_close(struct st *s);
+
+#endif

@@ -1,0 +1,517 @@
+/* dptp-run --audit, mechanism P: the members of one group disagree on its
+ * collective sequence, a rank left (exited, crashed) before a collective its
+ * peers entered, and, for a hang, the replica behind on a group. */
+#include "audit/analyze/model.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- disagreement at one position ----------------------------------- */
+
+static int diverge_at(struct st *s, const struct a_group *g, const struct seqs *q, size_t k, bool *diverged)
+{
+	/* the common case first: every member made the first one's call */
+	const struct a_op *first = NULL;
+	bool all_same = true;
+	for (size_t m = 0; m < g->n && all_same; m++)
+		if (q->v[m] && q->v[m][k]) {
+			if (!first)
+				first = q->v[m][k];
+			else
+				all_same = same_call(first, q->v[m][k]);
+		}
+	if (all_same)
+		return 0;
+	/* the largest class of identical calls is the reference */
+	size_t best = 0, bestn = 0;
+	for (size_t a = 0; a < g->n; a++) {
+		size_t c = 0;
+		if (!q->v[a] || !q->v[a][k])
+			continue;
+		for (size_t b = 0; b < g->n; b++)
+			c += q->v[b] && q->v[b][k] && same_call(q->v[a][k], q->v[b][k]);
+		if (c > bestn) {
+			bestn = c;
+			best = a;
+		}
+	}
+	const struct a_op *r0 = q->v[best][k], *d0 = NULL;
+	int *dev = malloc((g->n + 1) * sizeof(int));
+	size_t ndev = 0, nat = 0;
+	if (!dev)
+		return -ENOMEM;
+	for (size_t m = 0; m < g->n; m++)
+		if (q->v[m] && q->v[m][k]) {
+			nat++;
+			if (!same_call(q->v[m][k], r0)) {
+				dev[ndev++] = g->ranks[m];
+				if (!d0)
+					d0 = q->v[m][k];
+			}
+		}
+	if (bestn * 2 <= nat) /* no majority: every member is suspect */
+		for (size_t m = 0; m < g->n; m++)
+			if (q->v[m] && q->v[m][k] && same_call(q->v[m][k], r0))
+				dev[ndev++] = g->ranks[m];
+	*diverged = true;
+	char a[160], b[160], gr[256];
+	describe_op(a, sizeof(a), d0);
+	describe_op(b, sizeof(b), r0);
+	fmt_ranks(gr, sizeof(gr), g->ranks, g->n);
+	int rc = add_finding(s, 'P', dev, ndev, d0->site, d0->op,
+		"collective #%zu on group [%s]: rank %d called %s at %s while rank %d called %s at %s", k + 1, gr,
+		d0->rank, a, d0->site, r0->rank, b, r0->site);
+	if (rc == 0)
+		rc = set_group(&s->out->f[s->out->nf - 1], g->ranks, g->n);
+	free(dev);
+	return rc;
+}
+
+/* ---- counts past the cap -------------------------------------------- */
+
+/* the calls a rank made on a group: its count record when it reached the
+ * cap, else what was recorded */
+static long long final_count(const struct st *s, int rank, size_t gid, size_t recorded)
+{
+	const struct job *j = s->j;
+	long long best = (long long)recorded;
+	for (size_t i = 0; i < j->ncnt; i++) {
+		const struct a_count *c = &j->cnt[i];
+		if ((size_t)c->gid == gid && j->p[c->proc].owner >= 0 && s->r[rank].proc == c->proc && c->seq > best)
+			best = c->seq;
+	}
+	return best;
+}
+
+static int compare_counts(struct st *s, size_t gid, const struct seqs *q)
+{
+	const struct a_group *g = &s->j->g[gid];
+	long long lo = -1, hi = -1;
+	int rlo = -1, rhi = -1;
+	for (size_t m = 0; m < g->n; m++) {
+		int r = g->ranks[m];
+		if (!q->v[m] || !s->r[r].exited || s->r[r].raised)
+			continue;
+		long long c = final_count(s, r, gid, q->len[m]);
+		if (lo < 0 || c < lo) {
+			lo = c;
+			rlo = r;
+		}
+		if (c > hi) {
+			hi = c;
+			rhi = r;
+		}
+	}
+	if (lo < 0 || lo == hi)
+		return 0;
+	char gr[256];
+	fmt_ranks(gr, sizeof(gr), g->ranks, g->n);
+	int rc = add_finding(s, 'P', &rlo, 1, "", "",
+		"rank %d made %lld collectives on group [%s], rank %d made %lld (counted past the record cap: the calls themselves were not kept)",
+		rlo, lo, gr, rhi, hi);
+	if (rc == 0)
+		rc = set_group(&s->out->f[s->out->nf - 1], g->ranks, g->n);
+	return rc;
+}
+
+/* ---- missing collectives -------------------------------------------- */
+
+/* A missing collective: `short_ranks` never entered the one `waiting`
+ * entered first. */
+struct missing {
+	int gid;
+	const struct a_op *first; /* the earliest entry by a peer (ties: the lowest rank) */
+	int *short_ranks, *waiting;
+	size_t nshort, nwaiting;
+};
+
+static void free_missing(struct missing *m, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(m[i].short_ranks);
+		free(m[i].waiting);
+	}
+	free(m);
+}
+
+/* "file:line" -> the file's length and the line; false without a line. */
+static bool split_site(const char *site, size_t *flen, long *line)
+{
+	const char *c = strrchr(site, ':');
+	char *end;
+	if (!c || !c[1])
+		return false;
+	*line = strtol(c + 1, &end, 10);
+	*flen = (size_t)(c - site);
+	return !*end;
+}
+
+static bool same_file(const char *a, const char *b)
+{
+	size_t fa, fb;
+	long la, lb;
+	return split_site(a, &fa, &la) && split_site(b, &fb, &lb) && fa == fb && !strncmp(a, b, fa);
+}
+
+/* Has rank r simply not reached the call at `site` yet? It is blocked
+ * (alive, its last call still open) at an earlier line of the same file. */
+static bool behind_in_file(const struct st *s, int r, const char *site)
+{
+	const struct a_rank *rk = &s->r[r];
+	size_t fa, fb;
+	long la, lb;
+	if (rk->exited || rk->last_op < 0)
+		return false;
+	const char *at = s->j->op[rk->last_op].site;
+	if (!split_site(at, &fa, &la) || !split_site(site, &fb, &lb) || fa != fb || strncmp(at, site, fa))
+		return false;
+	return la < lb;
+}
+
+/* A missing collective is a consequence, not a cause, when its short ranks
+ * have not reached it yet: blocked earlier in the same file, or (across
+ * files) waiting in a missing collective entered before it. */
+static bool consequence(const struct st *st, const struct missing *m, size_t n, size_t i)
+{
+	for (size_t s = 0; s < m[i].nshort; s++) {
+		int r = m[i].short_ranks[s];
+		bool waits = behind_in_file(st, r, m[i].first->site);
+		for (size_t j = 0; j < n && !waits; j++)
+			if (j != i && !same_file(m[j].first->site, m[i].first->site) && m[j].first->t < m[i].first->t &&
+			    in_list(m[j].waiting, m[j].nwaiting, r))
+				waits = true;
+		if (!waits)
+			return false;
+	}
+	return true;
+}
+
+static int collect_missing(struct st *s, size_t gid, const struct seqs *q, size_t minlen, size_t maxlen, bool hung,
+			   struct missing **miss, size_t *nmiss, size_t *capm)
+{
+	const struct a_group *g = &s->j->g[gid];
+	for (size_t k = minlen; k < maxlen; k++) {
+		struct missing mm = {.gid = (int)gid};
+		mm.short_ranks = malloc(g->n * sizeof(int));
+		mm.waiting = malloc(g->n * sizeof(int));
+		if (!mm.short_ranks || !mm.waiting) {
+			free(mm.short_ranks);
+			free(mm.waiting);
+			return -ENOMEM;
+		}
+		for (size_t m = 0; m < g->n; m++) {
+			int r = g->ranks[m];
+			if (!q->v[m])
+				continue;
+			if (q->len[m] > k) {
+				mm.waiting[mm.nwaiting++] = r;
+				if (q->v[m][k] && (!mm.first || q->v[m][k]->t < mm.first->t))
+					mm.first = q->v[m][k];
+			} else if (q->len[m] == k && !s->r[r].raised && !s->r[r].capped && (hung || s->r[r].exited)) {
+				mm.short_ranks[mm.nshort++] = r;
+			}
+		}
+		if (!mm.nshort || !mm.first || grow((void **)miss, capm, *nmiss + 1, sizeof(**miss)) < 0) {
+			free(mm.short_ranks);
+			free(mm.waiting);
+			continue;
+		}
+		(*miss)[(*nmiss)++] = mm;
+	}
+	return 0;
+}
+
+static void how_exited(const struct st *s, int r, char *buf, size_t len)
+{
+	const struct a_rank *rk = &s->r[r];
+	if (rk->sig)
+		snprintf(buf, len, " (it ended by signal %d%s)", rk->sig, rk->core ? ", core dumped" : "");
+	else if (rk->exited)
+		snprintf(buf, len, " (it exited)");
+	else
+		buf[0] = '\0';
+}
+
+static int report_missing(struct st *s, const struct missing *m, size_t n, bool hung)
+{
+	int rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (consequence(s, m, n, i))
+			continue;
+		const struct a_group *g = &s->j->g[m[i].gid];
+		char a[160], gr[256], sr[256], wr[256], how[64];
+		describe_op(a, sizeof(a), m[i].first);
+		fmt_ranks(gr, sizeof(gr), g->ranks, g->n);
+		fmt_ranks(sr, sizeof(sr), m[i].short_ranks, m[i].nshort);
+		fmt_ranks(wr, sizeof(wr), m[i].waiting, m[i].nwaiting);
+		how_exited(s, m[i].short_ranks[0], how, sizeof(how));
+		rc = add_finding(s, 'P', m[i].short_ranks, m[i].nshort, m[i].first->site, m[i].first->op,
+			"rank%s %s never entered %s at %s on group [%s], which rank%s %s entered%s%s", m[i].nshort > 1 ? "s" : "",
+			sr, a, m[i].first->site, gr, m[i].nwaiting > 1 ? "s" : "", wr, m[i].nshort == 1 ? how : "",
+			hung ? "; no rank progressed after that (the audit ended the hung job)" : "");
+		if (rc == 0)
+			rc = set_group(&s->out->f[s->out->nf - 1], g->ranks, g->n);
+	}
+	return rc;
+}
+
+int find_p(struct st *s, bool hung)
+{
+	struct missing *miss = NULL;
+	size_t nmiss = 0, capm = 0;
+	int rc = 0;
+	bool capped = false;
+	for (int r = 0; r < s->size; r++)
+		capped |= s->r[r].capped;
+	for (size_t gid = 0; gid < s->j->ng && rc == 0; gid++) {
+		if (!world_group(s, gid))
+			continue;
+		const struct a_group *g = &s->j->g[gid];
+		struct seqs q = {0};
+		size_t nrec = 0, maxlen = 0, minlen = SIZE_MAX;
+		if ((rc = build_seqs(s, (int)gid, &q)) < 0) {
+			free_seqs(&q);
+			break;
+		}
+		for (size_t m = 0; m < g->n; m++)
+			if (q.v[m]) {
+				nrec++;
+				if (q.len[m] > maxlen)
+					maxlen = q.len[m];
+				if (q.len[m] < minlen)
+					minlen = q.len[m];
+			}
+		bool diverged = false;
+		for (size_t k = 0; nrec >= 2 && k < minlen && !diverged && rc == 0; k++)
+			rc = diverge_at(s, g, &q, k, &diverged);
+		if (rc == 0 && !diverged && nrec >= 2 && capped)
+			rc = compare_counts(s, gid, &q);
+		if (rc == 0 && !diverged && nrec >= 2 && minlen < maxlen)
+			rc = collect_missing(s, gid, &q, minlen, maxlen, hung, &miss, &nmiss, &capm);
+		free_seqs(&q);
+	}
+	if (rc == 0 && hung) {
+		char msg[8];
+		int b = hang_blame(s, true, msg, sizeof(msg));
+		if (b < 0)
+			rc = b;
+		else if (b == 1)
+			nmiss = (free_missing(miss, nmiss), miss = NULL, 0);
+	}
+	if (rc == 0)
+		rc = report_missing(s, miss, nmiss, hung);
+	free_missing(miss, nmiss);
+	return rc;
+}
+
+/* ---- the hang: who is behind ---------------------------------------- */
+
+struct cand {
+	size_t gid;
+	int *behind;
+	size_t nbehind;
+	const struct a_op *ref; /* the open call the others wait in */
+	bool primary;
+};
+
+static size_t count_at(const struct seqs *q, size_t m, const struct a_op *ref)
+{
+	size_t c = 0;
+	for (size_t k = 0; q->v[m] && k < q->len[m]; k++)
+		c += q->v[m][k] && !strcmp(q->v[m][k]->op, ref->op) && q->v[m][k]->site == ref->site;
+	return c;
+}
+
+static int add_trail(struct st *s, struct audit_finding *f, const struct a_group *g)
+{
+	const struct job *j = s->j;
+	f->trail = calloc(g->n ? g->n : 1, sizeof(*f->trail));
+	if (!f->trail)
+		return -ENOMEM;
+	for (size_t m = 0; m < g->n; m++) {
+		int r = g->ranks[m];
+		struct audit_trail *t = &f->trail[f->ntrail++];
+		t->rank = r;
+		if (r < 0 || r >= s->size)
+			continue;
+		t->pid = s->r[r].pid;
+		long last = s->r[r].last_op;
+		enum { KEEP = 5 };
+		if (!(t->c = calloc(KEEP, sizeof(*t->c))))
+			return -ENOMEM;
+		long from = last;
+		for (int n = 0; from >= 0 && n < KEEP - 1 && from - 1 >= 0 && j->op[from - 1].proc == j->op[last].proc; n++)
+			from--;
+		for (long k = from; last >= 0 && k <= last; k++) {
+			const struct a_op *o = &j->op[k];
+			struct audit_call *c = &t->c[t->n++];
+			c->seq = o->seq ? o->seq : o->pos + 1;
+			snprintf(c->op, sizeof(c->op), "%s", o->op);
+			fmt_ranks(c->group, sizeof(c->group), j->g[o->gid].ranks, j->g[o->gid].n);
+			snprintf(c->site, sizeof(c->site), "%s", o->site);
+			c->open = !o->done;
+		}
+	}
+	return 0;
+}
+
+static int blame_one(struct st *s, const struct cand *c, const struct seqs *q, bool add, char *msg, size_t len,
+		     size_t *off)
+{
+	const struct a_group *g = &s->j->g[c->gid];
+	char gr[256], text[1024];
+	size_t t = 0;
+	fmt_ranks(gr, sizeof(gr), g->ranks, g->n);
+	/* the ones behind first, then the others, each with its count */
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t m = 0; m < g->n && t < sizeof(text); m++) {
+			int r = g->ranks[m];
+			if (!q->v[m] || in_list(c->behind, c->nbehind, r) != (pass == 0))
+				continue;
+			size_t n = count_at(q, m, c->ref);
+			if (!t)
+				t += (size_t)snprintf(text + t, sizeof(text) - t, "rank %d %sentered %zu %s on group [%s] at %s", r,
+					s->r[r].exited ? "exited after it " : "", n, c->ref->op, gr, c->ref->site);
+			else
+				t += (size_t)snprintf(text + t, sizeof(text) - t, ", rank %d %sentered %zu", r,
+					s->r[r].exited && pass == 0 ? "exited after it " : "", n);
+		}
+	int rep = replica_of(s->out, c->behind[0]);
+	bool one_rep = rep >= 0;
+	for (size_t i = 1; i < c->nbehind; i++)
+		one_rep &= replica_of(s->out, c->behind[i]) == rep;
+	char who[96];
+	if (one_rep)
+		snprintf(who, sizeof(who), "replica %d is behind on this group", rep);
+	else
+		snprintf(who, sizeof(who), "rank%s behind on this group", c->nbehind > 1 ? "s are" : " is");
+	if (*off < len)
+		*off += (size_t)snprintf(msg + *off, len - *off, "%s%s: %s", *off ? "; " : "", text, who);
+	if (!add)
+		return 0;
+	int rc = add_finding(s, 'P', c->behind, c->nbehind, c->ref->site, c->ref->op,
+		"hang: %s: %s; the others wait in their call #%lld there (the audit ended the hung job)", text, who,
+		c->ref->seq ? c->ref->seq : (long long)c->ref->pos + 1);
+	if (rc == 0)
+		rc = set_group(&s->out->f[s->out->nf - 1], g->ranks, g->n);
+	if (rc == 0)
+		rc = add_trail(s, &s->out->f[s->out->nf - 1], g);
+	return rc;
+}
+
+static bool same_point(const struct a_op *a, const struct a_op *b)
+{
+	return a == b || (a && b && a->site == b->site && !strcmp(a->op, b->op));
+}
+
+/* Did rank b come to its open call by a step (previous call -> this one)
+ * that no other rank of the world took (outside `skip`)? The one that
+ * skipped or added a call took a step the others never took; a rank that
+ * waits for it came by the program's usual path. */
+static bool novel_step(const struct st *s, int b, const int *skip, size_t nskip)
+{
+	const struct job *j = s->j;
+	long last = s->r[b].last_op;
+	if (last < 0)
+		return false;
+	const struct a_op *cur = &j->op[last];
+	const struct a_op *prev = last > 0 && j->op[last - 1].proc == cur->proc ? &j->op[last - 1] : NULL;
+	for (int x = 0; x < s->size; x++) {
+		long k = s->r[x].last_op;
+		if (x == b || k < 0 || in_list(skip, nskip, x))
+			continue;
+		for (int pi = j->op[k].proc; k >= 0 && j->op[k].proc == pi; k--) {
+			const struct a_op *q = &j->op[k], *p = k > 0 && j->op[k - 1].proc == pi ? &j->op[k - 1] : NULL;
+			if (same_point(q, cur) && (prev ? p && same_point(p, prev) : !p))
+				return false;
+		}
+	}
+	return true;
+}
+
+int hang_blame(struct st *s, bool add, char *msg, size_t len)
+{
+	const struct job *j = s->j;
+	struct cand *cv = NULL;
+	size_t nc = 0, capc = 0, off = 0;
+	int rc = 0, any = 0;
+	if (len)
+		msg[0] = '\0';
+	/* every live rank inside a collective it entered and has not left */
+	for (int r = 0; r < s->size; r++) {
+		const struct a_rank *rk = &s->r[r];
+		if (!rk->rec || rk->exited)
+			continue;
+		if (rk->nccl) /* no Python records: inside while its last record is an NCCL call */
+			continue;
+		if (rk->last_op < 0 || j->op[rk->last_op].done)
+			return 0; /* working */
+		any = 1;
+	}
+	if (!any)
+		return 2;
+	for (size_t gid = 0; gid < j->ng && rc == 0; gid++) {
+		if (!world_group(s, gid))
+			continue;
+		const struct a_group *g = &j->g[gid];
+		struct seqs q = {0};
+		if ((rc = build_seqs(s, (int)gid, &q)) < 0) {
+			free_seqs(&q);
+			break;
+		}
+		/* the open calls on this group and the most entered */
+		const struct a_op *ref = NULL;
+		size_t maxc = 0;
+		for (size_t m = 0; m < g->n; m++) {
+			int r = g->ranks[m];
+			if (!q.v[m] || s->r[r].exited || s->r[r].last_op < 0)
+				continue;
+			const struct a_op *o = &j->op[s->r[r].last_op];
+			if (o->gid == (int)gid && o->pos >= 0 && !o->done && (size_t)o->pos + 1 > maxc) {
+				maxc = (size_t)o->pos + 1;
+				ref = o;
+			}
+		}
+		struct cand c = {.gid = gid, .ref = ref, .primary = true};
+		if (ref && !(c.behind = malloc(g->n * sizeof(int))))
+			rc = -ENOMEM;
+		for (size_t m = 0; ref && c.behind && m < g->n; m++) {
+			int r = g->ranks[m];
+			if (!q.v[m] || q.len[m] >= maxc)
+				continue;
+			c.behind[c.nbehind++] = r;
+		}
+		/* the ones behind left, or took a step no other rank took */
+		for (size_t i = 0; i < c.nbehind; i++)
+			c.primary &= s->r[c.behind[i]].exited || novel_step(s, c.behind[i], c.behind, c.nbehind);
+		if (c.nbehind && grow((void **)&cv, &capc, nc + 1, sizeof(*cv)) == 0)
+			cv[nc++] = c;
+		else
+			free(c.behind);
+		free_seqs(&q);
+	}
+	/* the primary ones; else the smallest groups: deterministic */
+	bool have_primary = false;
+	size_t minn = SIZE_MAX;
+	for (size_t i = 0; i < nc; i++) {
+		have_primary |= cv[i].primary;
+		if (j->g[cv[i].gid].n < minn)
+			minn = j->g[cv[i].gid].n;
+	}
+	int found = 0;
+	for (size_t i = 0; i < nc && rc == 0; i++) {
+		if (have_primary ? !cv[i].primary : j->g[cv[i].gid].n != minn)
+			continue;
+		struct seqs q = {0};
+		if ((rc = build_seqs(s, (int)cv[i].gid, &q)) == 0)
+			rc = blame_one(s, &cv[i], &q, add, msg, len, &off);
+		free_seqs(&q);
+		found = 1;
+	}
+	for (size_t i = 0; i < nc; i++)
+		free(cv[i].behind);
+	free(cv);
+	return rc < 0 ? rc : found ? 1 : 2;
+}
