@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -52,6 +53,22 @@ struct rdzv_c10d {
 	bool joined_once;
 	char host[256];    /* the endpoint: the store of dptp-run's own keys too */
 	unsigned port;
+	/* heartbeats that do not rewrite the state (see fold()) */
+	enum { HB_TORCH, HB_MEMBER, HB_FOLDER } hb;
+	bool keep_stale;   /* fold(): reads the state as it is, stale heartbeats and all */
+	unsigned rank, world;
+	char rkey[240];    /* "torch.rendezvous.<run_id>.<round>/dptp/" (under "/") */
+	char jkey[240];    /* "torch.rendezvous.<run_id>.dptp.join.<round>/" */
+	long long round;
+	int64_t *hb_last;  /* the folder: each rank's counter at the last fold */
+	int64_t folds_seen, nwait_pub;
+	double hb_next, folds_at, nwait_at;
+	int nwait;
+	/* DPTP_RDZV_STATS: this agent's state traffic, printed at shutdown */
+	bool stats;
+	unsigned long long n_cas, n_cas_lost, n_get, n_pause, b_sent, b_recv, n_folds, n_beats, n_batches;
+	long long ticket;
+	double t_codec, t_join;
 };
 
 enum action { A_KEEP_ALIVE, A_ADD_PART, A_ADD_WAIT, A_ADD_REDUND, A_REM_PART, A_REM_WAIT, A_REM_REDUND,
@@ -149,26 +166,34 @@ static int sync_state(struct rendezvous *r, int *has_set, struct dptp_err *err)
 	char *b64 = NULL;
 	size_t pkn = 0, rawn = 0;
 	int rc;
+	double t0 = dptp_now();
 	*has_set = -1;
 	if (c->dirty) {
 		if ((rc = rdzv_state_encode(c->st, &pk, &pkn, err)) < 0)
 			return rc;
 		b64 = rdzv_state_b64_encode(pk, pkn);
 		free(pk);
+		c->t_codec += dptp_now() - t0;
 		if (!b64)
 			return dptp_err_set(err, -ENOMEM, "out of memory");
 		const char *exp = c->token ? c->token : RDZV_NULL_SENTINEL;
 		rc = dptp_tcpstore_client_compare_set(c->c, c->key, exp, strlen(exp), b64, strlen(b64), &cur, err);
 		if (rc == 0)
 			*has_set = cur.len == strlen(b64) && !memcmp(cur.data, b64, cur.len);
+		c->n_cas++;
+		c->n_cas_lost += *has_set == 0;
+		c->b_sent += strlen(exp) + strlen(b64);
 		free(b64);
 	} else {
 		if (c->last_sync >= 0 && dptp_now() - c->last_sync < 1.0)
 			return 0; /* torch serves a state younger than 1 s from its cache */
 		rc = dptp_tcpstore_client_get(c->c, c->key, &cur, err);
+		c->n_get++;
 	}
 	if (rc < 0)
 		return rc;
+	c->b_recv += cur.len;
+	t0 = dptp_now();
 	if (cur.len == strlen(RDZV_NULL_SENTINEL) && !memcmp(cur.data, RDZV_NULL_SENTINEL, cur.len)) {
 		rdzv_state_init(c->st);
 	} else {
@@ -188,7 +213,9 @@ static int sync_state(struct rendezvous *r, int *has_set, struct dptp_err *err)
 	c->token = (char *)cur.data; /* NUL-terminated by the client */
 	c->dirty = false;
 	c->last_sync = dptp_now();
-	sanitize(r);
+	if (!c->keep_stale)
+		sanitize(r);
+	c->t_codec += dptp_now() - t0;
 	return 0;
 }
 
@@ -266,16 +293,26 @@ static enum action op_join(struct rendezvous *r, double deadline)
 	return should_keep_alive(r) ? A_KEEP_ALIVE : A_SYNC;
 }
 
-static void mark_complete(struct rdzv_state *s)
+static int cmp_part(const void *a, const void *b)
 {
+	return rdzv_state_nd_cmp(*(const struct rdzv_nd *const *)a, *(const struct rdzv_nd *const *)b);
+}
+
+/* rank = place in sorted order (the nodes are distinct: dict keys) */
+static int mark_complete(struct rdzv_state *s)
+{
+	const struct rdzv_nd **by = malloc((s->npart ? s->npart : 1) * sizeof(*by));
+	if (!by)
+		return -ENOMEM;
 	s->complete = true;
 	s->has_deadline = false;
-	for (unsigned k = 0; k < s->npart; k++) { /* rank = place in sorted order */
-		long long rank = 0;
-		for (unsigned i = 0; i < s->npart; i++)
-			rank += rdzv_state_nd_cmp(&s->part[i], &s->part[k]) < 0;
-		s->rank[k] = rank;
-	}
+	for (unsigned k = 0; k < s->npart; k++)
+		by[k] = &s->part[k];
+	qsort(by, s->npart, sizeof(*by), cmp_part);
+	for (unsigned k = 0; k < s->npart; k++)
+		s->rank[by[k] - s->part] = k;
+	free(by);
+	return 0;
 }
 
 static int apply(struct rendezvous *r, enum action a, double *deadline)
@@ -296,7 +333,7 @@ static int apply(struct rendezvous *r, enum action a, double *deadline)
 			s->deadline_us = rdzv_state_now_us() + (long long)o->c10d.last_call * 1000000;
 		}
 		if (s->npart == o->max_nodes)
-			mark_complete(s);
+			return mark_complete(s);
 		return 0;
 	case A_ADD_WAIT:
 		nd_remove(s->redund, NULL, &s->nredund, me);
@@ -320,8 +357,7 @@ static int apply(struct rendezvous *r, enum action a, double *deadline)
 		*deadline = dptp_now() + o->c10d.join; /* it may take part now */
 		return 0;
 	case A_COMPLETE:
-		mark_complete(s);
-		return 0;
+		return mark_complete(s);
 	case A_CLOSE:
 		s->closed = true;
 		return 0;
@@ -341,9 +377,18 @@ static int pause_s(struct rendezvous *r, double s)
 static int run_op(struct rendezvous *r, enum action (*op)(struct rendezvous *, double), double deadline,
 	const char *what, struct dptp_err *err)
 {
+	int rc;
 	for (;;) {
 		int has_set;
 		DPTP_TRY(sync_state(r, &has_set, err));
+		if (has_set == 0) {
+			/* lost to another node's write: back off a random while,
+			 * longer the more nodes there are to write (torch retries at
+			 * once, so that N nodes redo O(N) writes each) */
+			double most = 0.002 * (r->c10d->st->npart + r->c10d->st->nwait + 1);
+			if (pause_s(r, (most < 0.5 ? most : 0.5) * (double)(rand() % 1000) / 1000.0) < 0)
+				return dptp_err_set(err, -EINTR, "a signal arrived during the rendezvous");
+		}
 		enum action a = op(r, deadline);
 		switch (a) {
 		case A_FINISH:
@@ -356,15 +401,493 @@ static int run_op(struct rendezvous *r, enum action (*op)(struct rendezvous *, d
 			return dptp_err_set(err, -ETIMEDOUT, "RendezvousTimeoutError: %s of the rendezvous '%s' timed out", what,
 				r->run_id);
 		case A_SYNC:
+			r->c10d->n_pause++;
 			if (pause_s(r, 1.0) < 0)
 				return dptp_err_set(err, -EINTR, "a signal arrived during the rendezvous");
 			break;
 		default:
-			if (apply(r, a, &deadline) < 0)
-				return dptp_err_set(err, -E2BIG, "the rendezvous has more than %d nodes", RDZV_MAX_NODES);
+			if ((rc = apply(r, a, &deadline)) < 0)
+				return rc == -ENOMEM ? dptp_err_set(err, rc, "out of memory")
+						     : dptp_err_set(err, -E2BIG, "the rendezvous has more than %d nodes", RDZV_MAX_NODES);
 			r->c10d->dirty = true;
 		}
 	}
+}
+
+/* ---- heartbeats that do not rewrite the state ----------------------------
+ * torch's keep-alive rewrites the whole state, O(N) bytes, on every node
+ * every keep_alive_interval, each write against all the others' (a lost
+ * COMPARE_SET reads the winner's state and tries again): O(N^2) bytes and
+ * conflicts per interval, past the heartbeat timeout at a few hundred
+ * nodes. Where rank 0 of the round is a dptp-run, the dptp-run nodes ADD 1
+ * to <round>/dptp/hb/<rank> every half interval instead, and rank 0 folds
+ * them: every interval it reads every counter (pipelined ADDs of 0) and
+ * writes one state in which every node whose counter moved, and itself,
+ * has a heartbeat of now, with COMPARE_SET against the state it read, as
+ * torch writes. A torchrun agent reads the state it expects: the nodes that
+ * beat stay, the silent ones expire after keep_alive_max_attempt intervals.
+ * Rank 0 counts its folds under <round>/dptp/folds and keeps the number of
+ * waiting nodes under <round>/dptp/nwait, which the others read instead of
+ * the state; a node that sees no fold for keep_alive_max_attempt intervals
+ * goes back to torch's keep-alive. */
+
+static int hb_keys(const struct rdzv_c10d *c, const char *const names[], char (*keys)[280], size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		snprintf(keys[i], sizeof(keys[i]), "%s%s", c->rkey, names[i]);
+	return 0;
+}
+
+/* Rank 0 writes the nodes' heartbeats into the state, and publishes nwait. */
+static int fold(struct rendezvous *r, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	const struct run_opts *o = r->opts;
+	unsigned n = c->world;
+	char (*kb)[280] = calloc(n + 1, sizeof(*kb));
+	const char **keys = calloc(n + 1, sizeof(*keys));
+	int64_t *zero = calloc(n + 1, sizeof(*zero)), *val = calloc(n + 1, sizeof(*val));
+	bool *moved = calloc(n, sizeof(*moved));
+	int rc = 0;
+	if (!kb || !keys || !zero || !val || !moved) {
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(kb[i], sizeof(kb[i]), "%shb/%u", c->rkey, i);
+		keys[i] = kb[i];
+	}
+	if ((rc = dptp_tcpstore_client_add_many(c->c, keys, zero, n, val, err)) < 0)
+		goto out;
+	for (unsigned i = 0; i < n; i++) {
+		moved[i] = val[i] != c->hb_last[i];
+		c->hb_last[i] = val[i];
+	}
+	double deadline = dptp_now() + o->c10d.heartbeat;
+	for (;;) {
+		int has_set;
+		c->last_sync = -1; /* a fresh read */
+		c->keep_stale = true; /* the counters say who is alive, not the clock */
+		rc = sync_state(r, &has_set, err);
+		c->keep_stale = false;
+		if (rc < 0)
+			goto out;
+		struct rdzv_state *st = c->st;
+		if (st->round != c->round || rdzv_state_nd_find(st->part, st->npart, &c->me) < 0)
+			goto out; /* the round moved on: nothing to keep alive */
+		long long now = rdzv_state_now_us();
+		for (unsigned i = 0; i < st->npart; i++) {
+			long long k = st->rank[i];
+			if (k >= 0 && (unsigned long long)k < n && (moved[k] || (unsigned)k == c->rank) &&
+			    (rc = nd_put(st->heart, st->heart_us, &st->nheart, &st->part[i], now)) < 0) {
+				rc = dptp_err_set(err, -E2BIG, "the rendezvous has more than %d nodes", RDZV_MAX_NODES);
+				goto out;
+			}
+		}
+		c->dirty = true;
+		c->keep_stale = true;
+		rc = sync_state(r, &has_set, err);
+		c->keep_stale = false;
+		if (rc < 0)
+			goto out;
+		if (has_set == 1)
+			break;
+		if (dptp_now() > deadline) {
+			rc = dptp_err_set(err, -ETIMEDOUT, "RendezvousTimeoutError: a heartbeat of the rendezvous '%s' timed out",
+				r->run_id);
+			goto out;
+		}
+		if (pause_s(r, 0.01 + (double)(rand() % 40) / 1000.0) < 0) {
+			rc = dptp_err_set(err, -EINTR, "a signal arrived during the rendezvous");
+			goto out;
+		}
+	}
+	c->n_folds++;
+	const char *nk[2];
+	char nb[2][280];
+	static const char *const names[] = {"folds", "nwait"};
+	hb_keys(c, names, nb, 2);
+	nk[0] = nb[0];
+	nk[1] = nb[1];
+	int64_t d[2] = {1, (int64_t)c->st->nwait - c->nwait_pub};
+	if ((rc = dptp_tcpstore_client_add_many(c->c, nk, d, 2, NULL, err)) == 0)
+		c->nwait_pub = c->st->nwait;
+out:
+	free(kb);
+	free(keys);
+	free(zero);
+	free(val);
+	free(moved);
+	return rc;
+}
+
+/* A member's heartbeat: its counter, and what rank 0 published. */
+static int beat(struct rendezvous *r, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	const struct run_opts *o = r->opts;
+	static const char *const names[] = {"hb/", "folds", "nwait"};
+	char kb[3][280];
+	const char *keys[3];
+	int64_t d[3] = {1, 0, 0}, v[3];
+	hb_keys(c, names, kb, 3);
+	snprintf(kb[0], sizeof(kb[0]), "%shb/%u", c->rkey, c->rank);
+	for (int i = 0; i < 3; i++)
+		keys[i] = kb[i];
+	DPTP_TRY(dptp_tcpstore_client_add_many(c->c, keys, d, 3, v, err));
+	c->n_beats++;
+	double now = dptp_now();
+	c->nwait = v[2] > 0 ? (int)v[2] : 0;
+	c->nwait_at = now;
+	if (v[1] != c->folds_seen) {
+		c->folds_seen = v[1];
+		c->folds_at = now;
+	} else if (c->folds_seen > 0 &&
+		   now - c->folds_at > (double)o->c10d.keep_alive_interval * o->c10d.keep_alive_max_attempt) {
+		/* (before its first fold rank 0 is still in the rendezvous,
+		 * waiting for the slowest node's role_info) */
+		char pre[64];
+		glog_prefix('W', pre, sizeof(pre));
+		fprintf(stderr, "%srank 0 of the rendezvous '%s' has folded no heartbeat for %.0f s; this node writes its own\n",
+			pre, r->run_id, now - c->folds_at);
+		c->hb = HB_TORCH;
+	}
+	return 0;
+}
+
+/* After a completed join: who keeps the heartbeats (rank 0 a dptp-run?). */
+static int hb_begin(struct rendezvous *r, unsigned rank, unsigned world, bool node0_dptp, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	c->rank = rank;
+	c->world = world;
+	c->round = c->st->round;
+	snprintf(c->rkey, sizeof(c->rkey), "torch.rendezvous.%s.%lld/dptp/", r->run_id, c->round);
+	c->hb = !node0_dptp || getenv("DPTP_RDZV_TORCH_HEARTBEATS") ? HB_TORCH : rank == 0 ? HB_FOLDER : HB_MEMBER;
+	free(c->hb_last);
+	c->hb_last = NULL;
+	if (c->hb == HB_FOLDER && !(c->hb_last = calloc(world, sizeof(*c->hb_last))))
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	c->folds_seen = 0;
+	c->nwait_pub = 0;
+	c->nwait = 0;
+	c->hb_next = 0;
+	c->folds_at = c->nwait_at = dptp_now();
+	return 0;
+}
+
+/* ---- joining through one combiner ---------------------------------------
+ * torch's join: every node writes the state with itself added, COMPARE_SET
+ * against the state it read; with N nodes at once each write loses to
+ * another's and is redone, and past keep_alive_interval every waiting node
+ * rewrites the state for its heartbeat too: O(N) writes of O(N) bytes per
+ * node (512 nodes on two cores: 980,000 COMPARE_SETs, 22 GB, no round in
+ * 300 s). dptp-run nodes take a ticket instead (ADD <join>n 1) and leave
+ * their _NodeDesc under <join><ticket>; the holder of ticket 1 adds the
+ * tickets' nodes to the state in batches, one COMPARE_SET each, as torch's
+ * join would have added them (participant, heartbeat, last-call deadline,
+ * completion with the ranks), keeps their heartbeats in the state while the
+ * round fills (their counters under <join>hb/<ticket>), and sets <join>done
+ * when the round is complete. The others WAIT for that key (no polling of
+ * the state) and beat meanwhile. A torchrun agent joins as it always does,
+ * its writes merely conflict now and then with the combiner's. A joiner
+ * that sees the combiner's counter (<join>alive) stand still for
+ * keep_alive_interval * keep_alive_max_attempt, or the round complete
+ * without it, joins as torch's does. <join> is
+ * "torch.rendezvous.<run_id>.dptp.join.<round>/". */
+
+struct ticket {
+	struct rdzv_nd nd;
+	int64_t hb;
+	bool moved;
+};
+
+static int jkey(const struct rdzv_c10d *c, char *out, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int jkey(const struct rdzv_c10d *c, char *out, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	int k = snprintf(out, len, "%s", c->jkey);
+	va_start(ap, fmt);
+	vsnprintf(out + k, len - (size_t)k, fmt, ap);
+	va_end(ap);
+	return 0;
+}
+
+/* Reads tickets [from, to] into *tk (index ticket - 1). */
+static int read_tickets(struct rendezvous *r, struct ticket **tk, size_t *cap, int64_t from, int64_t to,
+	struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	size_t n = (size_t)(to - from + 1);
+	char (*kb)[280] = calloc(n, sizeof(*kb));
+	const char **keys = calloc(n, sizeof(*keys));
+	struct dptp_tcpstore_buf *vals = NULL;
+	int rc = 0;
+	if (!kb || !keys || ((size_t)to > *cap && !(*tk = realloc(*tk, (size_t)to * 2 * sizeof(**tk))))) {
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((size_t)to > *cap)
+		*cap = (size_t)to * 2;
+	for (size_t i = 0; i < n; i++) {
+		jkey(c, kb[i], sizeof(kb[i]), "%lld", (long long)from + (long long)i);
+		keys[i] = kb[i];
+	}
+	if ((rc = dptp_tcpstore_client_multi_get(c->c, keys, n, &vals, err)) < 0)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		struct ticket *t = &(*tk)[from - 1 + (int64_t)i];
+		int used = 0;
+		memset(t, 0, sizeof(*t));
+		if (!vals[i].data || sscanf((char *)vals[i].data, "%lld %lld %n", &t->nd.pid, &t->nd.local_id, &used) < 2 ||
+		    !used || vals[i].len - (size_t)used >= sizeof(t->nd.addr)) {
+			rc = dptp_err_set(err, -EPROTO, "join ticket %lld of the rendezvous '%s' is malformed: '%.100s'",
+				(long long)from + (long long)i, r->run_id, vals[i].data ? (char *)vals[i].data : "");
+			break;
+		}
+		snprintf(t->nd.addr, sizeof(t->nd.addr), "%s", (char *)vals[i].data + used);
+		t->hb = -1;
+	}
+	dptp_tcpstore_bufs_free(vals, n);
+out:
+	free(kb);
+	free(keys);
+	return rc;
+}
+
+/* torch's ADD_PART for node nd, as its own join would. */
+static int add_part(struct rendezvous *r, const struct rdzv_nd *nd, long long now)
+{
+	struct rdzv_state *s = r->c10d->st;
+	const struct run_opts *o = r->opts;
+	nd_remove(s->wait, NULL, &s->nwait, nd);
+	DPTP_TRY(nd_put(s->part, s->rank, &s->npart, nd, 0));
+	DPTP_TRY(nd_put(s->heart, s->heart_us, &s->nheart, nd, now));
+	if (s->npart == o->min_nodes) {
+		s->has_deadline = true;
+		s->deadline_us = now + (long long)o->c10d.last_call * 1000000;
+	}
+	if (s->npart == o->max_nodes)
+		return mark_complete(s);
+	return 0;
+}
+
+/* The tickets' nodes into the state read last (a no-op when all are in);
+ * heartbeats of now for the ones that beat since the last refresh. */
+static int combine_apply(struct rendezvous *r, const struct ticket *tk, size_t n, bool refresh, bool *changed)
+{
+	struct rdzv_state *s = r->c10d->st;
+	const struct run_opts *o = r->opts;
+	struct rdzv_nd_index ix = {0};
+	long long now = rdzv_state_now_us();
+	*changed = false;
+	if (rdzv_nd_index_init(&ix, s->npart + n) < 0)
+		return -ENOMEM;
+	for (unsigned i = 0; i < s->npart; i++)
+		rdzv_nd_index_put(&ix, &s->part[i], i);
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n && !s->complete; i++) {
+		if (rdzv_nd_index_find(&ix, &tk[i].nd) >= 0)
+			continue;
+		if ((rc = add_part(r, &tk[i].nd, now)) == 0) {
+			rdzv_nd_index_put(&ix, &tk[i].nd, 0);
+			*changed = true;
+		}
+	}
+	for (size_t i = 0; rc == 0 && refresh && i < n; i++)
+		if ((i == 0 || tk[i].moved) && rdzv_nd_index_find(&ix, &tk[i].nd) >= 0 &&
+		    rdzv_state_nd_find(s->heart, s->nheart, &tk[i].nd) >= 0) {
+			rc = nd_put(s->heart, s->heart_us, &s->nheart, &tk[i].nd, now);
+			*changed = true;
+		}
+	if (rc == 0 && !s->complete && s->npart >= o->min_nodes && s->npart <= o->max_nodes && s->has_deadline &&
+	    s->deadline_us < now && rdzv_nd_index_find(&ix, &r->c10d->me) >= 0) {
+		rc = mark_complete(s); /* last call is over */
+		*changed = true;
+	}
+	rdzv_nd_index_free(&ix);
+	return rc;
+}
+
+/* Reads the tickets' heartbeat counters; moved: changed since the last read. */
+static int read_beats(struct rendezvous *r, struct ticket *tk, size_t n, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	char (*kb)[280] = calloc(n, sizeof(*kb));
+	const char **keys = calloc(n, sizeof(*keys));
+	int64_t *zero = calloc(n, sizeof(*zero)), *v = calloc(n, sizeof(*v));
+	int rc = 0;
+	if (!kb || !keys || !zero || !v)
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		jkey(c, kb[i], sizeof(kb[i]), "hb/%zu", i + 1);
+		keys[i] = kb[i];
+	}
+	if (rc == 0 && (rc = dptp_tcpstore_client_add_many(c->c, keys, zero, n, v, err)) == 0)
+		for (size_t i = 0; i < n; i++) {
+			tk[i].moved = v[i] != tk[i].hb;
+			tk[i].hb = v[i];
+		}
+	free(kb);
+	free(keys);
+	free(zero);
+	free(v);
+	return rc;
+}
+
+static int combine(struct rendezvous *r, double deadline, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	const struct run_opts *o = r->opts;
+	struct ticket *tk = calloc(64, sizeof(*tk));
+	size_t cap = 64, ntk = 1;
+	double last_poll = 0, last_refresh = dptp_now();
+	long long round = c->st->round;
+	int rc = 0;
+	char kn[280], kd[280], ka[280], knext[280];
+	if (!tk)
+		return dptp_err_set(err, -ENOMEM, "out of memory");
+	tk[0].nd = c->me;
+	jkey(c, kn, sizeof(kn), "n");
+	jkey(c, kd, sizeof(kd), "done");
+	jkey(c, ka, sizeof(ka), "alive");
+	for (;;) {
+		double now = dptp_now();
+		int64_t n = 0, one = 1;
+		const char *k1[] = {kn}, *k2[] = {ka};
+		if (now > deadline)
+			break; /* torch's join reports the timeout */
+		if ((rc = dptp_tcpstore_client_add_many(c->c, k2, &one, 1, NULL, err)) < 0 ||
+		    (rc = dptp_tcpstore_client_add(c->c, k1[0], 0, &n, err)) < 0)
+			break;
+		bool fresh = (size_t)n > ntk;
+		if (fresh) {
+			if ((rc = read_tickets(r, &tk, &cap, (int64_t)ntk + 1, n, err)) < 0)
+				break;
+			ntk = (size_t)n;
+		}
+		bool refresh = now - last_refresh >= o->c10d.keep_alive_interval / 2.0;
+		if (refresh) {
+			if ((rc = read_beats(r, tk, ntk, err)) < 0)
+				break;
+			last_refresh = now;
+		}
+		if (fresh || refresh || now - last_poll >= 1.0) {
+			int has_set;
+			c->last_sync = -1;
+			if ((rc = sync_state(r, &has_set, err)) < 0)
+				goto out;
+			while (!c->st->closed && c->st->round == round) { /* add, write; again on a lost write */
+				bool changed = false;
+				if ((rc = combine_apply(r, tk, ntk, refresh, &changed)) < 0) {
+					rc = rc == -ENOMEM ? dptp_err_set(err, rc, "out of memory")
+							   : dptp_err_set(err, rc, "the rendezvous has more than %d nodes", RDZV_MAX_NODES);
+					goto out;
+				}
+				if (!changed)
+					break;
+				c->dirty = true;
+				c->n_batches++;
+				if ((rc = sync_state(r, &has_set, err)) < 0)
+					goto out;
+				if (has_set == 1)
+					break;
+			}
+			last_poll = dptp_now();
+		}
+		if (c->st->complete || c->st->closed || c->st->round != round)
+			break;
+		/* the next ticket, or half a second; then a short while for more */
+		jkey(c, knext, sizeof(knext), "%lld", (long long)ntk + 1);
+		const char *kw[] = {knext};
+		double wait = 0.5;
+		if (c->st->has_deadline) {
+			double dl = (double)(c->st->deadline_us - rdzv_state_now_us()) / 1e6;
+			wait = dl < wait ? (dl > 0.001 ? dl : 0.001) : wait;
+		}
+		rc = dptp_tcpstore_client_wait(c->c, kw, 1, wait, err);
+		if (rc == 0 && pause_s(r, 0.05) < 0)
+			rc = -EINTR;
+		if (rc == -EINTR) {
+			rc = dptp_err_set(err, -EINTR, "a signal arrived during the rendezvous");
+			break;
+		}
+		if (rc < 0 && rc != -ETIMEDOUT)
+			break;
+		rc = 0;
+	}
+	if (rc == 0) { /* the others stop waiting, whatever the round became */
+		const char *k1[] = {kd};
+		int64_t one = 1;
+		rc = dptp_tcpstore_client_add_many(c->c, k1, &one, 1, NULL, err);
+	}
+out:
+	free(tk);
+	c->last_sync = -1;
+	return rc;
+}
+
+/* A ticket holder but the first: waits for the combiner's "done". */
+static int await_combiner(struct rendezvous *r, long long t, double deadline, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	const struct run_opts *o = r->opts;
+	char kd[280], ka[280], kh[280];
+	const char *kw[] = {kd}, *kb[] = {kh, ka};
+	int64_t alive = -1, d[2] = {1, 0}, v[2];
+	double seen = dptp_now(), lease = (double)o->c10d.keep_alive_interval * o->c10d.keep_alive_max_attempt;
+	jkey(c, kd, sizeof(kd), "done");
+	jkey(c, ka, sizeof(ka), "alive");
+	jkey(c, kh, sizeof(kh), "hb/%lld", t);
+	for (;;) {
+		double left = deadline - dptp_now();
+		if (left <= 0)
+			break;
+		int rc = dptp_tcpstore_client_wait(c->c, kw, 1, left < 1.0 ? left : 1.0, err);
+		if (rc == 0)
+			break;
+		if (rc != -ETIMEDOUT)
+			return rc == -EINTR ? dptp_err_set(err, rc, "a signal arrived during the rendezvous") : rc;
+		DPTP_TRY(dptp_tcpstore_client_add_many(c->c, kb, d, 2, v, err));
+		c->n_beats++;
+		if (v[1] != alive) {
+			alive = v[1];
+			seen = dptp_now();
+		} else if (dptp_now() - seen > lease) {
+			break; /* the combiner is gone: torch's join */
+		}
+	}
+	c->last_sync = -1;
+	return 0;
+}
+
+/* Joins through the combiner where the round is open and this node in no
+ * list yet; torch's join (run_op(op_join)) follows in any case, and
+ * finishes at once where the combiner made this node a participant of a
+ * complete round. */
+static int combined_join(struct rendezvous *r, double deadline, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	const struct rdzv_state *s = c->st;
+	char key[280], val[320];
+	int has_set;
+	int64_t t = 0;
+	c->last_sync = -1;
+	DPTP_TRY(sync_state(r, &has_set, err));
+	if (s->closed || s->complete || rdzv_state_nd_find(s->part, s->npart, &c->me) >= 0 ||
+	    rdzv_state_nd_find(s->wait, s->nwait, &c->me) >= 0 || rdzv_state_nd_find(s->redund, s->nredund, &c->me) >= 0)
+		return 0;
+	snprintf(c->jkey, sizeof(c->jkey), "torch.rendezvous.%s.dptp.join.%lld/", r->run_id, s->round);
+	jkey(c, key, sizeof(key), "n");
+	DPTP_TRY(dptp_tcpstore_client_add(c->c, key, 1, &t, err));
+	c->ticket = t;
+	jkey(c, key, sizeof(key), "%lld", (long long)t);
+	snprintf(val, sizeof(val), "%lld %lld %s", c->me.pid, c->me.local_id, c->me.addr);
+	DPTP_TRY(dptp_tcpstore_client_set(c->c, key, val, strlen(val), err));
+	if (t == 1)
+		return combine(r, deadline, err);
+	return await_combiner(r, t, deadline, err);
 }
 
 /* ---- setup --------------------------------------------------------------- */
@@ -559,38 +1082,55 @@ static int check_round(struct rendezvous *r, struct dptp_err *err)
 }
 
 /* Under the round's prefix on the state connection: this node's dptp
- * record, torchrun's rank assignment (agent connection), its check, and
- * every node's record when all are there (out->nodes; else out->mixed). */
+ * record, torchrun's rank assignment (agent connection), and every node's
+ * record (out->nodes; else out->mixed). Rank 0, a dptp-run, waits for every
+ * role_info first and publishes the records in one value (dptp/nodes, see
+ * rdzv_common_publish_nodes) before it assigns the ranks: each node reads
+ * that once, O(N) bytes, instead of CHECKing and reading O(N) keys. Where
+ * rank 0 is a torchrun (no dptp/nodes once ranks are assigned), the round
+ * is mixed, and this node checks its assignment against the role_infos. */
 static int c10d_round_nodes(struct rendezvous *r, unsigned rank, unsigned world, struct rdzv_info *out, unsigned rk[4],
-	struct dptp_err *err)
+	bool *node0_dptp, struct dptp_err *err)
 {
 	struct rdzv_c10d *c = r->c10d;
 	char key[64], val[320];
+	const char *agg = "dptp/nodes";
 	char **keys = calloc(world, sizeof(*keys));
-	bool all = true, ready = false;
+	bool ready = false;
 	int rc = keys ? 0 : dptp_err_set(err, -ENOMEM, "out of memory");
 	for (unsigned i = 0; rc == 0 && i < world; i++)
-		if (!(keys[i] = malloc(32)))
+		if (!(keys[i] = malloc(40)))
 			rc = dptp_err_set(err, -ENOMEM, "out of memory");
 		else
-			snprintf(keys[i], 32, "dptp/node/%u", i);
+			snprintf(keys[i], 40, rank == 0 ? RDZV_RI_PREFIX "%u" : "dptp/node/%u", i);
 	snprintf(key, sizeof(key), "dptp/node/%u", rank);
 	snprintf(val, sizeof(val), "%u %d %u %s", r->opts->nproc, (int)getpid(), rdzv_common_slots(), r->hostname);
 	if (rc == 0 && (rc = dptp_tcpstore_client_set(c->c, key, val, strlen(val), err)) == 0)
-		rc = dptp_tcpstore_client_check(c->c, (const char *const *)keys, 1, &ready, err);
+		rc = dptp_tcpstore_client_check(c->c, (const char *const *)&keys[rank], 1, &ready, err);
+	if (rc == 0 && rank == 0 && world > 1) {
+		/* every other node's role_info, so every record is in */
+		if ((rc = dptp_tcpstore_client_wait(r->agent, (const char *const *)keys + 1, world - 1, r->opts->c10d.read,
+			     err)) == -ETIMEDOUT)
+			rc = dptp_err_set(err, rc, "not every node of the round wrote its role_info within %u s",
+				r->opts->c10d.read);
+		for (unsigned i = 0; rc == 0 && i < world; i++)
+			snprintf(keys[i], 40, "dptp/node/%u", i);
+		if (rc == 0)
+			rc = rdzv_common_publish_nodes(r, c->c, (const char *const *)keys, world, agg, err);
+	}
 	if (rc == 0)
 		rc = rdzv_common_assign_ranks(r, r->agent, rank, world, rk, err);
 	if (rc == 0)
-		rc = rdzv_common_check_ranks(r, c->c, rank, world, rk, err);
-	if (rc == 0)
 		rdzv_common_info_set_ranks(out, rank, world, rk);
-	for (unsigned i = 0; rc == 0 && all && i < world; i++) {
-		const char *k1[] = {keys[i]};
-		rc = dptp_tcpstore_client_check(c->c, k1, 1, &all, err);
-	}
-	if (rc == 0 && all && world > 1)
-		rc = rdzv_common_read_nodes(r, c->c, (const char *const *)keys, world, rank, out, err);
-	out->mixed = world > 1 && !all;
+	/* rank 0's table preceded its assignment, which we have read */
+	if (rc == 0)
+		rc = dptp_tcpstore_client_check(c->c, &agg, 1, node0_dptp, err);
+	if (rc == 0 && *node0_dptp && world > 1)
+		rc = rdzv_common_read_published(r, c->c, agg, world, rank, out, NULL, err);
+	else if (rc == 0)
+		out->mixed = world > 1;
+	if (rc == 0 && out->mixed)
+		rc = rdzv_common_check_ranks(r, c->c, rank, world, rk, err);
 	if (keys)
 		dptp_tcpstore_keys_free(keys, world);
 	return rc;
@@ -611,7 +1151,10 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 		return dptp_err_set(err, -EINTR, "a signal arrived during the rendezvous");
 	double deadline = dptp_now() + o->c10d.join;
 	DPTP_TRY(run_op(r, op_exit, deadline, "leaving the last round", err));
+	if (!getenv("DPTP_RDZV_TORCH_JOIN"))
+		DPTP_TRY(combined_join(r, deadline, err));
 	DPTP_TRY(run_op(r, op_join, deadline, "joining", err));
+	c->t_join = dptp_now() - (deadline - o->c10d.join);
 	c->joined_once = true;
 	c->heartbeats = true;
 
@@ -634,7 +1177,10 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 	 * dptp-run (one PMIx job across them) */
 	if (dptp_tcpstore_client_set_prefix(c->c, prefix) < 0)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
-	int rc = c10d_round_nodes(r, rank, world, out, rk, err);
+	bool node0_dptp = false;
+	int rc = c10d_round_nodes(r, rank, world, out, rk, &node0_dptp, err);
+	if (rc == 0)
+		rc = hb_begin(r, rank, world, node0_dptp, err);
 	if (dptp_tcpstore_client_set_prefix(c->c, "/") < 0 && rc == 0)
 		rc = dptp_err_set(err, -ENOMEM, "out of memory");
 	DPTP_TRY(rc);
@@ -651,10 +1197,23 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 int rdzv_c10d_heartbeat(struct rendezvous *r, struct dptp_err *err)
 {
 	struct rdzv_c10d *c = r->c10d;
+	if (!c || !c->c || !c->heartbeats)
+		return 0;
+	if (c->hb != HB_TORCH) {
+		double now = dptp_now(), iv = r->opts->c10d.keep_alive_interval;
+		if (now < c->hb_next)
+			return 0;
+		c->hb_next = now + (c->hb == HB_FOLDER ? iv : iv / 2);
+		if (c->hb == HB_FOLDER)
+			return fold(r, err);
+		DPTP_TRY(beat(r, err));
+		if (c->hb != HB_TORCH)
+			return 0;
+	}
 	/* torch's timer fires every keep_alive_interval and skips when the last
 	 * heartbeat is younger: checked here on every call instead, so that a
 	 * heartbeat is never up to two intervals old */
-	if (c && c->c && c->heartbeats && should_keep_alive(r))
+	if (should_keep_alive(r))
 		return run_op(r, op_keep_alive, dptp_now() + r->opts->c10d.heartbeat, "a heartbeat", err);
 	return 0;
 }
@@ -666,9 +1225,60 @@ int rdzv_c10d_tick(struct rendezvous *r, struct dptp_err *err)
 	if (!c || !c->c || !c->joined_once)
 		return 0;
 	DPTP_TRY(rdzv_c10d_heartbeat(r, err));
+	if (c->hb == HB_MEMBER && c->heartbeats) { /* rank 0's count, at most a second old */
+		if (dptp_now() - c->nwait_at >= 1.0) {
+			char kb[1][280];
+			static const char *const names[] = {"nwait"};
+			const char *keys[1] = {kb[0]};
+			int64_t d = 0, v = 0;
+			hb_keys(c, names, kb, 1);
+			DPTP_TRY(dptp_tcpstore_client_add_many(c->c, keys, &d, 1, &v, err));
+			c->nwait = v > 0 ? (int)v : 0;
+			c->nwait_at = dptp_now();
+		}
+		return c->nwait;
+	}
 	/* num_nodes_waiting() */
 	DPTP_TRY(sync_state(r, &has_set, err));
+	if (c->hb == HB_FOLDER && c->heartbeats && (int64_t)c->st->nwait != c->nwait_pub) {
+		char kb[1][280];
+		static const char *const names[] = {"nwait"};
+		const char *keys[1] = {kb[0]};
+		int64_t d = (int64_t)c->st->nwait - c->nwait_pub;
+		hb_keys(c, names, kb, 1);
+		DPTP_TRY(dptp_tcpstore_client_add_many(c->c, keys, &d, 1, NULL, err));
+		c->nwait_pub = c->st->nwait;
+	}
 	return (int)c->st->nwait;
+}
+
+/* Closing: every node of torch's writes closed=true, all at once, one
+ * COMPARE_SET each against the others'. Where rank 0 folds the heartbeats,
+ * it closes and says so under <round>/dptp/closed; the others wait for that
+ * (up to the close timeout, 5 s at most) and close themselves only without
+ * it. */
+static bool closed_by_rank0(struct rendezvous *r)
+{
+	struct rdzv_c10d *c = r->c10d;
+	char kb[1][280];
+	static const char *const names[] = {"closed"};
+	const char *keys[1] = {kb[0]};
+	if (c->hb != HB_MEMBER)
+		return false;
+	hb_keys(c, names, kb, 1);
+	double t = r->opts->c10d.close < 5 ? r->opts->c10d.close : 5;
+	return dptp_tcpstore_client_wait(c->c, keys, 1, t, NULL) == 0;
+}
+
+static void closed_mark(struct rendezvous *r)
+{
+	struct rdzv_c10d *c = r->c10d;
+	char kb[1][280];
+	static const char *const names[] = {"closed"};
+	const char *keys[1] = {kb[0]};
+	int64_t one = 1;
+	hb_keys(c, names, kb, 1);
+	dptp_tcpstore_client_add_many(c->c, keys, &one, 1, NULL, NULL);
 }
 
 static void c10d_shutdown(struct rendezvous *r)
@@ -677,13 +1287,25 @@ static void c10d_shutdown(struct rendezvous *r)
 	if (c && c->c && !r->quick) {
 		struct dptp_err err = {0};
 		c->heartbeats = false;
-		if (run_op(r, op_close, dptp_now() + r->opts->c10d.close, "closing", &err) < 0)
+		if (!closed_by_rank0(r) && run_op(r, op_close, dptp_now() + r->opts->c10d.close, "closing", &err) < 0)
 			fprintf(stderr, "dptp-run: warning: the rendezvous could not be closed: %s\n", err.msg);
+		else if (c->hb == HB_FOLDER)
+			closed_mark(r);
+	}
+	if (c && c->stats) {
+		struct rusage ru;
+		getrusage(RUSAGE_SELF, &ru);
+		fprintf(stderr, "dptp-run: rdzv stats: cas=%llu cas_lost=%llu get=%llu pauses=%llu sent=%llu recv=%llu "
+			"codec_s=%.3f join_s=%.3f cpu_s=%.3f state_nodes=%u folds=%llu beats=%llu batches=%llu ticket=%lld\n", c->n_cas, c->n_cas_lost, c->n_get, c->n_pause,
+			c->b_sent, c->b_recv, c->t_codec, c->t_join,
+			(double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6,
+			c->st->npart, c->n_folds, c->n_beats, c->n_batches, c->ticket);
 	}
 	if (c) {
 		dptp_tcpstore_client_destroy(c->c);
 		dptp_tcpstore_server_destroy(c->wserver);
 		free(c->token);
+		free(c->hb_last);
 		free(c->st);
 		free(c);
 		r->c10d = NULL;
@@ -709,6 +1331,8 @@ int rdzv_c10d_init(struct rendezvous *r, struct dptp_err *err)
 	}
 	rdzv_state_init(c->st);
 	c->last_sync = -1;
+	const char *st = getenv("DPTP_RDZV_STATS");
+	c->stats = st && *st && strcmp(st, "0");
 	if (o->local_addr && *o->local_addr)
 		snprintf(c->me.addr, sizeof(c->me.addr), "%s", o->local_addr);
 	else

@@ -373,13 +373,12 @@ int rdzv_common_assign_ranks(struct rendezvous *r, struct dptp_tcpstore_client *
 	return rc;
 }
 
-int rdzv_common_read_nodes(struct rendezvous *r, struct dptp_tcpstore_client *c, const char *const *keys, unsigned n,
-	unsigned me, struct rdzv_info *out, struct dptp_err *err)
+/* The nodes' records (bufs[i], NUL-terminated) to r->nodes and out->nodes. */
+static int fill_nodes(struct rendezvous *r, const struct dptp_tcpstore_buf *bufs, unsigned n, unsigned me,
+	struct rdzv_info *out, struct dptp_err *err)
 {
-	struct dptp_tcpstore_buf *bufs = NULL;
 	uint64_t base = 0;
 	int rc;
-	DPTP_TRY(dptp_tcpstore_client_multi_get(c, keys, n, &bufs, err));
 	free(r->nodes);
 	r->nodes = calloc(n, sizeof(*r->nodes));
 	rc = r->nodes ? 0 : dptp_err_set(err, -ENOMEM, "out of memory");
@@ -406,10 +405,100 @@ int rdzv_common_read_nodes(struct rendezvous *r, struct dptp_tcpstore_client *c,
 	if (rc == 0 && (base != out->global_world_size || r->nodes[me].base != out->base_global_rank))
 		rc = dptp_err_set(err, -EPROTO, "the nodes' records (%llu ranks) disagree with assigned_ranks (world %u)",
 			(unsigned long long)base, out->global_world_size);
-	dptp_tcpstore_bufs_free(bufs, n);
 	if (rc < 0)
 		return rc;
 	r->nnodes = n;
 	out->nodes = r->nodes;
 	return 0;
+}
+
+int rdzv_common_read_nodes(struct rendezvous *r, struct dptp_tcpstore_client *c, const char *const *keys, unsigned n,
+	unsigned me, struct rdzv_info *out, struct dptp_err *err)
+{
+	struct dptp_tcpstore_buf *bufs = NULL;
+	DPTP_TRY(dptp_tcpstore_client_multi_get(c, keys, n, &bufs, err));
+	int rc = fill_nodes(r, bufs, n, me, out, err);
+	dptp_tcpstore_bufs_free(bufs, n);
+	return rc;
+}
+
+int rdzv_common_publish_nodes(struct rendezvous *r, struct dptp_tcpstore_client *c, const char *const *keys, unsigned n,
+	const char *agg_key, struct dptp_err *err)
+{
+	struct dptp_buf b = {0};
+	struct dptp_tcpstore_buf *bufs = NULL;
+	bool all = false;
+	int rc = dptp_tcpstore_client_check(c, keys, n, &all, err);
+	if (rc == 0 && all && (rc = dptp_tcpstore_client_multi_get(c, keys, n, &bufs, err)) == 0) {
+		dptp_buf_adds(&b, "nodes");
+		for (unsigned i = 0; i < n; i++) {
+			if (memchr(bufs[i].data, '\n', bufs[i].len)) {
+				rc = dptp_err_set(err, -EPROTO, "node %u's dptp record has a newline: '%.100s'", i,
+					(char *)bufs[i].data);
+				break;
+			}
+			dptp_buf_addc(&b, '\n');
+			dptp_buf_add(&b, bufs[i].data, bufs[i].len);
+		}
+		dptp_tcpstore_bufs_free(bufs, n);
+	} else if (rc == 0) { /* which ones: the restarts wait for those */
+		dptp_buf_adds(&b, "mixed ");
+		for (unsigned i = 0; rc == 0 && i < n; i++) {
+			bool there = false;
+			rc = dptp_tcpstore_client_check(c, keys + i, 1, &there, err);
+			dptp_buf_addc(&b, there ? '1' : '0');
+		}
+	}
+	if (rc == 0 && b.oom)
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = dptp_tcpstore_client_set(c, agg_key, b.buf, b.len, err);
+	if (rc == 0) /* a reply: the value is in before node 0 writes elsewhere */
+		rc = dptp_tcpstore_client_check(c, &agg_key, 1, &all, err);
+	dptp_buf_release(&b);
+	return rc;
+}
+
+int rdzv_common_read_published(struct rendezvous *r, struct dptp_tcpstore_client *c, const char *agg_key, unsigned n,
+	unsigned me, struct rdzv_info *out, bool *was_dptp, struct dptp_err *err)
+{
+	struct dptp_tcpstore_buf b = {0};
+	struct dptp_tcpstore_buf *views = NULL;
+	int rc;
+	out->mixed = false;
+	DPTP_TRY(dptp_tcpstore_client_get(c, agg_key, &b, err));
+	char *s = (char *)b.data;
+	if (s && b.len == 6 + (size_t)n && !strncmp(s, "mixed ", 6) && strspn(s + 6, "01") == n) {
+		for (unsigned i = 0; was_dptp && i < n; i++)
+			was_dptp[i] = s[6 + i] == '1';
+		out->mixed = n > 1;
+		free(b.data);
+		return 0;
+	}
+	if (!s || strncmp(s, "nodes\n", 6) || !(views = calloc(n, sizeof(*views)))) {
+		rc = views || !s || strncmp(s, "nodes\n", 6) ? dptp_err_set(err, -EPROTO,
+			"node 0's table of the nodes '%.60s' is neither \"nodes\\n...\" nor \"mixed 0101...\"", s ? s : "")
+			: dptp_err_set(err, -ENOMEM, "out of memory");
+		free(b.data);
+		return rc;
+	}
+	char *p = s + 6;
+	unsigned i = 0;
+	for (; i < n && p; i++) {
+		char *nl = strchr(p, '\n');
+		if (nl)
+			*nl = 0;
+		views[i].data = (uint8_t *)p;
+		views[i].len = strlen(p);
+		p = nl ? nl + 1 : NULL;
+	}
+	if (i != n || p)
+		rc = dptp_err_set(err, -EPROTO, "node 0's table of the nodes has %s records, not %u", p ? "more" : "fewer", n);
+	else
+		rc = fill_nodes(r, views, n, me, out, err);
+	for (unsigned k = 0; rc == 0 && was_dptp && k < n; k++)
+		was_dptp[k] = true;
+	free(views);
+	free(b.data);
+	return rc;
 }

@@ -125,6 +125,19 @@ void rdzv_common_json_str(const char *s, char *out, size_t len);
  * the port taken), and its end. */
 int rdzv_common_store_up(struct rendezvous *r, struct dptp_err *err);
 void rdzv_common_store_down(struct rendezvous *r);
+/* Node 0, its ranks not yet assigned (every record keys[i] is in before
+ * its node's role_info, all of which node 0 has read): the records in one
+ * value under agg_key over c, "nodes\n<rec 0>\n<rec 1>..." where every
+ * node is a dptp-run, else "mixed <0 or 1 per node>", then a CHECK (its
+ * reply orders the value before node 0's next write on another
+ * connection). One value of O(N) bytes that each node reads once, instead
+ * of O(N) keys (and as many CHECKs) per node. */
+int rdzv_common_publish_nodes(struct rendezvous *r, struct dptp_tcpstore_client *c, const char *const *keys, unsigned n,
+	const char *agg_key, struct dptp_err *err);
+/* Node 0's table (rdzv_common_publish_nodes): r->nodes and out->nodes as
+ * rdzv_common_read_nodes, or out->mixed; was_dptp (may be NULL): per node. */
+int rdzv_common_read_published(struct rendezvous *r, struct dptp_tcpstore_client *c, const char *agg_key, unsigned n,
+	unsigned me, struct rdzv_info *out, bool *was_dptp, struct dptp_err *err);
 /* Node 0: reads every node's role_info over c (after clearing the worker
  * keys of the last attempt when clear) and writes every node's
  * assigned_ranks. */

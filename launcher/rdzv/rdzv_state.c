@@ -165,6 +165,52 @@ int rdzv_state_nd_find(const struct rdzv_nd *list, unsigned n, const struct rdzv
 	return -1;
 }
 
+static uint64_t nd_hash(const struct rdzv_nd *nd)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (const char *p = nd->addr; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	h = (h ^ (uint64_t)nd->pid) * 1099511628211ull;
+	h = (h ^ (uint64_t)nd->local_id) * 1099511628211ull;
+	return h ^ (h >> 29);
+}
+
+int rdzv_nd_index_init(struct rdzv_nd_index *x, size_t maxn)
+{
+	size_t cap = 16;
+	while (cap < 2 * maxn)
+		cap *= 2;
+	x->cap = cap;
+	x->slot = calloc(cap, sizeof(*x->slot));
+	return x->slot ? 0 : -ENOMEM;
+}
+
+void rdzv_nd_index_free(struct rdzv_nd_index *x)
+{
+	free(x->slot);
+	x->slot = NULL;
+	x->cap = 0;
+}
+
+long rdzv_nd_index_find(const struct rdzv_nd_index *x, const struct rdzv_nd *nd)
+{
+	for (size_t i = nd_hash(nd) & (x->cap - 1);; i = (i + 1) & (x->cap - 1)) {
+		if (!x->slot[i].nd)
+			return -1;
+		if (rdzv_state_nd_eq(x->slot[i].nd, nd))
+			return x->slot[i].val;
+	}
+}
+
+void rdzv_nd_index_put(struct rdzv_nd_index *x, const struct rdzv_nd *nd, long val)
+{
+	size_t i = nd_hash(nd) & (x->cap - 1);
+	while (x->slot[i].nd && !rdzv_state_nd_eq(x->slot[i].nd, nd))
+		i = (i + 1) & (x->cap - 1);
+	x->slot[i].nd = nd;
+	x->slot[i].val = val;
+}
+
 void rdzv_state_init(struct rdzv_state *s)
 {
 	s->round = 0;
@@ -666,18 +712,19 @@ static int node_of(struct dec *d, unsigned id, struct rdzv_nd *nd)
  * same key, so a set keeps the first and a dict the first key with the
  * last value. */
 static int put_node(struct dec *d, unsigned id, unsigned val, enum pk vk, struct rdzv_nd *list, long long *vals,
-		    unsigned *n, const char *what)
+		    unsigned *n, struct rdzv_nd_index *ix, const char *what)
 {
 	struct rdzv_nd nd;
 	DPTP_TRY(node_of(d, id, &nd));
 	if (vals && d->v[val].k != vk)
 		return bad(d, "%s is not %s", what, vk == PK_INT ? "an int" : "a datetime");
-	int at = rdzv_state_nd_find(list, *n, &nd);
+	long at = rdzv_nd_index_find(ix, &nd);
 	if (at < 0) {
 		if (*n == RDZV_MAX_NODES)
 			return dptp_err_set(d->err, -E2BIG, "the rendezvous state has more than %d nodes", RDZV_MAX_NODES);
-		at = (int)(*n)++;
+		at = (long)(*n)++;
 		list[at] = nd;
+		rdzv_nd_index_put(ix, &list[at], at);
 	}
 	if (vals)
 		vals[at] = d->v[val].i;
@@ -706,19 +753,29 @@ static int to_state(struct dec *d, unsigned top, struct rdzv_state *s)
 	s->has_deadline = dl->k == PK_DT;
 	s->deadline_us = s->has_deadline ? dl->i : 0;
 	/* Entries written twice are bounded before they are folded: torch
-	 * never writes a node twice, and folding is quadratic. */
+	 * never writes a node twice. */
 	if (pa->n / 2 > 4 * RDZV_MAX_NODES || wl->n > 4 * RDZV_MAX_NODES || rl->n > 4 * RDZV_MAX_NODES ||
 	    hb->n / 2 > 4 * RDZV_MAX_NODES)
 		return dptp_err_set(d->err, -E2BIG, "the rendezvous state has more than %d nodes", RDZV_MAX_NODES);
-	for (size_t i = 0; i < pa->n; i += 2)
-		DPTP_TRY(put_node(d, pa->items[i], pa->items[i + 1], PK_INT, s->part, s->rank, &s->npart, "a participant's rank"));
-	for (size_t i = 0; i < wl->n; i++)
-		DPTP_TRY(put_node(d, wl->items[i], 0, PK_NONE, s->wait, NULL, &s->nwait, NULL));
-	for (size_t i = 0; i < rl->n; i++)
-		DPTP_TRY(put_node(d, rl->items[i], 0, PK_NONE, s->redund, NULL, &s->nredund, NULL));
-	for (size_t i = 0; i < hb->n; i += 2)
-		DPTP_TRY(put_node(d, hb->items[i], hb->items[i + 1], PK_DT, s->heart, s->heart_us, &s->nheart, "a heartbeat"));
-	return 0;
+	struct rdzv_nd_index ix[4] = {{0}};
+	int rc = 0;
+	size_t ns[4] = {pa->n / 2, wl->n, rl->n, hb->n / 2};
+	for (int k = 0; k < 4 && rc == 0; k++)
+		if (rdzv_nd_index_init(&ix[k], ns[k]) < 0)
+			rc = dptp_err_set(d->err, -ENOMEM, "out of memory");
+	for (size_t i = 0; rc == 0 && i < pa->n; i += 2)
+		rc = put_node(d, pa->items[i], pa->items[i + 1], PK_INT, s->part, s->rank, &s->npart, &ix[0],
+			"a participant's rank");
+	for (size_t i = 0; rc == 0 && i < wl->n; i++)
+		rc = put_node(d, wl->items[i], 0, PK_NONE, s->wait, NULL, &s->nwait, &ix[1], NULL);
+	for (size_t i = 0; rc == 0 && i < rl->n; i++)
+		rc = put_node(d, rl->items[i], 0, PK_NONE, s->redund, NULL, &s->nredund, &ix[2], NULL);
+	for (size_t i = 0; rc == 0 && i < hb->n; i += 2)
+		rc = put_node(d, hb->items[i], hb->items[i + 1], PK_DT, s->heart, s->heart_us, &s->nheart, &ix[3],
+			"a heartbeat");
+	for (int k = 0; k < 4; k++)
+		rdzv_nd_index_free(&ix[k]);
+	return rc;
 }
 
 int rdzv_state_decode(const uint8_t *p, size_t n, struct rdzv_state *s, struct dptp_err *err)
@@ -763,9 +820,7 @@ struct enc {
 	struct dptp_buf b;     /* the pickle */
 	long memo[M_NFIXED];   /* -1 until written */
 	long next;             /* next memo index */
-	const struct rdzv_nd **nodes; /* nodes written so far and their memo */
-	long *node_memo;
-	size_t nnodes;
+	struct rdzv_nd_index nodes; /* nodes written so far -> their memo */
 };
 
 static void put(struct enc *e, const void *p, size_t n)
@@ -895,16 +950,15 @@ static void datetime(struct enc *e, long long us)
 
 static void node(struct enc *e, const struct rdzv_nd *nd)
 {
-	for (size_t i = 0; i < e->nnodes; i++)
-		if (rdzv_state_nd_eq(e->nodes[i], nd)) {
-			get(e, e->node_memo[i]);
-			return;
-		}
+	long m = rdzv_nd_index_find(&e->nodes, nd);
+	if (m >= 0) {
+		get(e, m);
+		return;
+	}
 	global(e, M_CLS_NODE, M_MOD_RDZV, MOD_RDZV, "_NodeDesc");
 	put1(e, ')');
 	put1(e, 0x81);
-	e->nodes[e->nnodes] = nd;
-	e->node_memo[e->nnodes++] = memoize(e);
+	rdzv_nd_index_put(&e->nodes, nd, memoize(e));
 	put1(e, '}');
 	memoize(e);
 	put1(e, '(');
@@ -958,9 +1012,7 @@ int rdzv_state_encode(const struct rdzv_state *s, uint8_t **out, size_t *n, stru
 	size_t maxn = (size_t)s->npart + s->nwait + s->nredund + s->nheart;
 	for (int i = 0; i < M_NFIXED; i++)
 		e.memo[i] = -1;
-	e.nodes = calloc(maxn + 1, sizeof(*e.nodes));
-	e.node_memo = calloc(maxn + 1, sizeof(*e.node_memo));
-	if (!e.nodes || !e.node_memo) {
+	if (rdzv_nd_index_init(&e.nodes, maxn) < 0) {
 		e.b.oom = true;
 		goto done;
 	}
@@ -995,8 +1047,7 @@ int rdzv_state_encode(const struct rdzv_state *s, uint8_t **out, size_t *n, stru
 	put1(&e, 'b');
 	put1(&e, '.');
 done:
-	free(e.nodes);
-	free(e.node_memo);
+	rdzv_nd_index_free(&e.nodes);
 	if (e.b.oom) {
 		dptp_buf_release(&e.b);
 		return dptp_err_set(err, -ENOMEM, "out of memory");

@@ -21,7 +21,7 @@
 
 #include "base/util.h"
 
-#define RDZV_MAX_NODES 1024
+#define RDZV_MAX_NODES 8192
 #define RDZV_ADDR_MAX 256
 
 struct rdzv_nd {
@@ -67,6 +67,18 @@ bool rdzv_state_nd_eq(const struct rdzv_nd *a, const struct rdzv_nd *b);
 int rdzv_state_nd_cmp(const struct rdzv_nd *a, const struct rdzv_nd *b);
 /* Index of nd in list[0..n), or -1. */
 int rdzv_state_nd_find(const struct rdzv_nd *list, unsigned n, const struct rdzv_nd *nd);
+
+/* An index of nodes (equal as rdzv_state_nd_eq), for lookups in O(1):
+ * open addressing over pointers to nodes that outlive it, each with a
+ * value. init sizes it for maxn nodes (-ENOMEM); put adds or replaces. */
+struct rdzv_nd_index {
+	struct { const struct rdzv_nd *nd; long val; } *slot;
+	size_t cap;
+};
+int rdzv_nd_index_init(struct rdzv_nd_index *x, size_t maxn);
+void rdzv_nd_index_free(struct rdzv_nd_index *x);
+long rdzv_nd_index_find(const struct rdzv_nd_index *x, const struct rdzv_nd *nd);
+void rdzv_nd_index_put(struct rdzv_nd_index *x, const struct rdzv_nd *nd, long val);
 
 /* Wall clock now, microseconds since the epoch (datetime.now(timezone.utc)). */
 long long rdzv_state_now_us(void);

@@ -251,6 +251,10 @@ int dptp_tcpstore_client_get(struct dptp_tcpstore_client *c, const char *key,
 int dptp_tcpstore_client_add(struct dptp_tcpstore_client *c, const char *key,
 			     int64_t delta, int64_t *result, struct dptp_err *err);
 /* CHECK: *ready = every key exists (a non-empty queue counts). */
+/* ADD deltas[i] to keys[i] for every i, pipelined: one send, n replies
+ * (results may be NULL). A missing key counts from 0, as ADD does. */
+int dptp_tcpstore_client_add_many(struct dptp_tcpstore_client *c, const char *const *keys,
+				  const int64_t *deltas, size_t n, int64_t *results, struct dptp_err *err);
 int dptp_tcpstore_client_check(struct dptp_tcpstore_client *c, const char *const *keys,
 			       size_t n, bool *ready, struct dptp_err *err);
 /* WAIT until every key exists, at most timeout seconds (<= 0: the client's

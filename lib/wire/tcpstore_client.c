@@ -692,6 +692,35 @@ int dptp_tcpstore_client_add(struct dptp_tcpstore_client *c, const char *key,
 	return reply_i64(c, deadline, result, err, "reading the ADD reply");
 }
 
+int dptp_tcpstore_client_add_many(struct dptp_tcpstore_client *c, const char *const *keys,
+				  const int64_t *deltas, size_t n, int64_t *results, struct dptp_err *err)
+{
+	struct dptp_buf all = {0};
+	/* one ADD frame per key, sent together, the replies read in order */
+	for (size_t i = 0; i < n; i++) {
+		int rc = key_frame(c, DPTP_TCPSTORE_ADD, keys[i], err);
+		if (rc < 0) {
+			dptp_buf_release(&all);
+			return rc;
+		}
+		w_u64(c, (uint64_t)deltas[i]);
+		dptp_buf_add(&all, c->w.buf, c->w.len);
+	}
+	if (all.oom) {
+		dptp_buf_release(&all);
+		return dptp_err_set(err, -ENOMEM, "tcpstore: out of memory building %zu ADDs", n);
+	}
+	double deadline = deadline_of(c);
+	cur_abort = c->abort_fd;
+	int rc = n ? send_all(c->fd, all.buf, all.len, deadline) : 0;
+	dptp_buf_release(&all);
+	if (rc < 0)
+		return fail(c, rc, err, "sending ADDs");
+	for (size_t i = 0; i < n; i++)
+		DPTP_TRY(reply_i64(c, deadline, results ? &results[i] : NULL, err, "reading an ADD reply"));
+	return 0;
+}
+
 int dptp_tcpstore_client_check(struct dptp_tcpstore_client *c, const char *const *keys,
 			       size_t n, bool *ready, struct dptp_err *err)
 {

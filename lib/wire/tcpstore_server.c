@@ -260,6 +260,14 @@ struct dptp_tcpstore_server {
 	unsigned nlogged;   /* refusal lines written */
 	void (*log)(void *arg, const char *msg);
 	void *log_arg;
+	/* DPTP_STORE_STATS: operations, request and reply bytes per opcode,
+	 * compare-sets that did not write, peak connections, poll steps;
+	 * written to stderr when the server goes */
+	bool stats;
+	uint64_t op_n[DPTP_TCPSTORE_WATCH_KEY + 1], op_in[DPTP_TCPSTORE_WATCH_KEY + 1],
+		op_out[DPTP_TCPSTORE_WATCH_KEY + 1];
+	uint64_t cas_missed, steps, accepted;
+	size_t peak_conns;
 };
 
 /* What a peer other than this host's own user may hold: an eighth of the
@@ -895,6 +903,8 @@ static int op_compare_set(struct dptp_tcpstore_server *s, struct conn *c, const 
 	} else {
 		if (e->vlen == el && memcmp(e->val, ev, el) == 0)
 			DPTP_TRY(set_watched(s, c, k, kl, v, vl));
+		else
+			s->cas_missed++;
 		out_str(s, c, e->val, e->vlen);
 	}
 	wake_key(s, k, kl, false);
@@ -1172,7 +1182,14 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 	}
 	if (op < 0 || (size_t)op >= DPTP_ARRAY_LEN(op_handlers) || !op_handlers[op])
 		return -EPROTO; /* VALIDATE again, or an opcode the scanner let through */
-	return op_handlers[op](s, c, f, flen);
+	if (!s->stats)
+		return op_handlers[op](s, c, f, flen);
+	size_t before = c->outlen - c->outoff;
+	int rc = op_handlers[op](s, c, f, flen);
+	s->op_n[op]++;
+	s->op_in[op] += flen;
+	s->op_out[op] += c->outlen - c->outoff >= before ? c->outlen - c->outoff - before : 0;
+	return rc;
 }
 
 /* Cuts and handles every complete frame in c->in. */
@@ -1487,7 +1504,36 @@ static void do_accept(struct dptp_tcpstore_server *s)
 		c->peer = p;
 		buf_take(s, c, conn_cost(s, p), "a connection"); /* passed just above */
 		s->conns[s->nconns++] = c;
+		s->accepted++;
+		if (s->nconns > s->peak_conns)
+			s->peak_conns = s->nconns;
 	}
+}
+
+static const char *const op_names[DPTP_TCPSTORE_WATCH_KEY + 1] = {
+	[DPTP_TCPSTORE_SET] = "set", [DPTP_TCPSTORE_COMPARE_SET] = "compare_set", [DPTP_TCPSTORE_GET] = "get",
+	[DPTP_TCPSTORE_ADD] = "add", [DPTP_TCPSTORE_CHECK] = "check", [DPTP_TCPSTORE_WAIT] = "wait",
+	[DPTP_TCPSTORE_GETNUMKEYS] = "getnumkeys", [DPTP_TCPSTORE_DELETE_KEY] = "delete_key",
+	[DPTP_TCPSTORE_APPEND] = "append", [DPTP_TCPSTORE_MULTI_GET] = "multi_get",
+	[DPTP_TCPSTORE_MULTI_SET] = "multi_set", [DPTP_TCPSTORE_CANCEL_WAIT] = "cancel_wait",
+	[DPTP_TCPSTORE_PING] = "ping", [DPTP_TCPSTORE_QUEUE_PUSH] = "queue_push",
+	[DPTP_TCPSTORE_QUEUE_POP] = "queue_pop", [DPTP_TCPSTORE_QUEUE_LEN] = "queue_len",
+	[DPTP_TCPSTORE_LIST_KEYS] = "list_keys", [DPTP_TCPSTORE_WATCH_KEY] = "watch_key",
+};
+
+/* One line: "store stats: steps=.. accepted=.. peak_conns=.. get=N/IN/OUT ..." */
+static void print_stats(const struct dptp_tcpstore_server *s)
+{
+	char line[2048];
+	int k = snprintf(line, sizeof(line), "dptp-run: store stats: port=%u steps=%llu accepted=%llu peak_conns=%zu "
+		"cas_missed=%llu", (unsigned)s->port, (unsigned long long)s->steps, (unsigned long long)s->accepted,
+		s->peak_conns, (unsigned long long)s->cas_missed);
+	for (size_t i = 0; i < DPTP_ARRAY_LEN(op_names) && k > 0 && (size_t)k < sizeof(line); i++)
+		if (s->op_n[i] && op_names[i])
+			k += snprintf(line + k, sizeof(line) - (size_t)k, " %s=%llu %s_in=%llu %s_out=%llu", op_names[i],
+				(unsigned long long)s->op_n[i], op_names[i], (unsigned long long)s->op_in[i], op_names[i],
+				(unsigned long long)s->op_out[i]);
+	fprintf(stderr, "%s\n", line);
 }
 
 static void publish_stats(struct dptp_tcpstore_server *s)
@@ -1522,6 +1568,7 @@ int dptp_tcpstore_server_step(struct dptp_tcpstore_server *s, int timeout_ms, st
 	}
 	size_t npoll = s->nconns + 2;
 	int r = poll(p, npoll, timeout_ms);
+	s->steps++;
 	if (r < 0) {
 		if (errno == EINTR)
 			return 0;
@@ -1653,6 +1700,8 @@ int dptp_tcpstore_server_create(const struct dptp_tcpstore_server_opts *opts,
 		s->fd_share = s->max_total / (size_t)rl.rlim_cur;
 	s->log = o.log;
 	s->log_arg = o.log_arg;
+	const char *st = getenv("DPTP_STORE_STATS");
+	s->stats = st && *st && strcmp(st, "0");
 	s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->wakefd < 0) {
 		int rc = dptp_err_set(err, -errno, "tcpstore server: eventfd: %s", strerror(errno));
@@ -1718,6 +1767,8 @@ void dptp_tcpstore_server_destroy(struct dptp_tcpstore_server *s)
 	if (!s)
 		return;
 	dptp_tcpstore_server_stop(s);
+	if (s->stats)
+		print_stats(s);
 	for (size_t i = 0; i < s->nconns; i++)
 		conn_free(s, s->conns[i]);
 	free(s->conns);

@@ -116,7 +116,7 @@ def case_node_killed():
     # re-rendezvous without it (dropped after 3 s of silence), world 2
     port = free_port()
     # node 0 hosts the store (is_host): the store dies with its host, in torch too
-    ps = [node(k, "2:3", port, "kl", ["ticks", "25"], conf=FAST + ",is_host=%d" % (k == 0), extra=["--max-restarts=1"])
+    ps = [node(k, "2:3", port, "kl", ["ticks", "40"], conf=FAST + ",is_host=%d" % (k == 0), extra=["--max-restarts=1"])
           for k in range(3)]
     time.sleep(6)
     ps[2].kill()

@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""c10d rendezvous at scale: N agents of one worker each (`/bin/true`), all on
+this host (endpoint 127.0.0.1, the first agent hosts the store,
+join_timeout=900), timed from the first agent's start to the last agent's
+exit. Prints N -> seconds for dptp-run and, where torchrun is installed (or
+--torchrun names one), torchrun, side by side.
+
+usage: bench/c10d_scale.py [--build build] [--sizes 64,128,256]
+                           [--torchrun PATH|none] [--timeout 300]
+                           [--mixed 128] [--nproc 128] [--stats] [--json FILE]
+
+--mixed N: also a round of N-1 dptp-run agents and one torchrun agent, and
+  one of N-1 torchrun agents and one dptp-run agent (the dptp-run or the
+  torchrun agent hosts the store, as the first to start), next to the
+  all-dptp-run round of N.
+--nproc N: one agent of N workers (`--nproc-per-node N --no-python
+  /bin/true`, static, one node), dptp-run and torchrun.
+--stats: DPTP_RDZV_STATS=1 / DPTP_STORE_STATS=1: every dptp-run agent's
+  store traffic and compare-set conflicts, the store host's operations per
+  kind, summed (see bench/results/c10d-scale.md).
+
+Counts the agents' "heartbeat" warnings and failures; a size fails when any
+agent exits non-zero or the round takes past --timeout.
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def agent_cmd(kind, exe, n, port, run_id, host):
+    conf = "join_timeout=900,is_host=%d" % (1 if host else 0)
+    args = ["--nnodes=%d" % n, "--nproc-per-node=1", "--rdzv-backend=c10d",
+            "--rdzv-endpoint=127.0.0.1:%d" % port, "--rdzv-id=" + run_id, "--rdzv-conf=" + conf,
+            "--max-restarts=0", "--no-python", "/bin/true"]
+    if kind == "torchrun":
+        args.insert(0, "--monitor-interval=0.1")
+    return [exe] + args
+
+
+def run_round(kinds, exes, timeout, stats, tmp):
+    """kinds: one entry per agent ('dptp' or 'torchrun'); agent 0 hosts."""
+    n = len(kinds)
+    port = free_port()
+    run_id = "bench%d" % port
+    env = dict(os.environ)
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    env["OMP_NUM_THREADS"] = "1"
+    if stats:
+        env["DPTP_RDZV_STATS"] = "1"
+        env["DPTP_STORE_STATS"] = "1"
+    procs = []
+    logs = []
+    t0 = time.monotonic()
+    for i, k in enumerate(kinds):
+        log = open(os.path.join(tmp, "a%d.log" % i), "w+")
+        logs.append(log)
+        procs.append(subprocess.Popen(agent_cmd(k, exes[k], n, port, run_id, i == 0), stdout=log,
+                                      stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        if i == 0:
+            time.sleep(0.2)  # the host binds the store first
+    deadline = t0 + timeout
+    rcs = [None] * n
+    while time.monotonic() < deadline and any(r is None for r in rcs):
+        for i, p in enumerate(procs):
+            if rcs[i] is None:
+                rcs[i] = p.poll()
+        time.sleep(0.05)
+    secs = time.monotonic() - t0
+    timed_out = any(r is None for r in rcs)
+    for i, p in enumerate(procs):
+        if rcs[i] is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            p.wait()
+    text = ""
+    for log in logs:
+        log.seek(0)
+        text += log.read()
+        log.close()
+    hb = len(re.findall(r"heartbeat", text, re.I))
+    fails = sum(1 for r in rcs if r not in (0,))
+    out = {"n": n, "seconds": round(secs, 2), "failed_agents": fails, "timed_out": timed_out,
+           "heartbeat_lines": hb}
+    if stats:
+        out["stats"] = sum_stats(text)
+    if fails:
+        first = [l for l in text.splitlines() if "rror" in l or "fail" in l][:3]
+        out["first_errors"] = first
+    return out
+
+
+def sum_stats(text):
+    agg = {}
+    for m in re.finditer(r"^.*?(rdzv stats|store stats): (.*)$", text, re.M):
+        pre = "agent" if m.group(1) == "rdzv stats" else "store"
+        for kv in m.group(2).split():
+            if "=" not in kv:
+                continue
+            k, v = kv.split("=", 1)
+            try:
+                v = float(v)
+            except ValueError:
+                continue
+            key = pre + "." + k
+            if k.startswith("max_") or k.startswith("peak"):
+                agg[key] = max(agg.get(key, 0), v)
+            else:
+                agg[key] = agg.get(key, 0) + v
+    return {k: (int(v) if v == int(v) else round(v, 3)) for k, v in sorted(agg.items())}
+
+
+def run_nproc(kind, exe, nproc, timeout):
+    args = [exe, "--nproc-per-node=%d" % nproc, "--no-python", "/bin/true"]
+    if kind == "torchrun":
+        args.insert(1, "--monitor-interval=0.1")
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        rc = None
+    return {"nproc": nproc, "seconds": round(time.monotonic() - t0, 2), "rc": rc}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--dptp-run", default=None, help="the dptp-run binary (default BUILD/launcher/dptp-run)")
+    ap.add_argument("--sizes", default="64,128,256")
+    ap.add_argument("--torchrun", default=None, help="torchrun to compare with; 'none' to skip")
+    ap.add_argument("--torchrun-sizes", default=None, help="sizes for torchrun (default: --sizes)")
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--mixed", type=int, default=0)
+    ap.add_argument("--nproc", type=int, default=0)
+    ap.add_argument("--stats", action="store_true")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--logs", default=None, help="keep the agents' output in this folder")
+    a = ap.parse_args()
+    dptp = a.dptp_run or os.path.join(a.build, "launcher", "dptp-run")
+    if not os.access(dptp, os.X_OK):
+        sys.exit("c10d_scale.py: no dptp-run at %s (--build or --dptp-run)" % dptp)
+    tr = None if a.torchrun == "none" else (a.torchrun or shutil.which("torchrun"))
+    exes = {"dptp": dptp, "torchrun": tr}
+    nofile = raise_nofile()
+    sizes = [int(x) for x in a.sizes.split(",") if x]
+    tsizes = [int(x) for x in (a.torchrun_sizes or a.sizes).split(",") if x]
+    res = {"host_cores": os.cpu_count(), "nofile": nofile, "dptp_run": [], "torchrun": [], "mixed": [], "nproc": []}
+    tmp = a.logs or tempfile.mkdtemp(prefix="c10d_scale.")
+    os.makedirs(tmp, exist_ok=True)
+    try:
+        print("%6s  %12s  %12s" % ("N", "dptp-run s", "torchrun s"), flush=True)
+        for n in sorted(set(sizes) | (set(tsizes) if tr else set())):
+            row = [str(n), "-", "-"]
+            if n in sizes:
+                r = run_round(["dptp"] * n, exes, a.timeout, a.stats, tmp)
+                res["dptp_run"].append(r)
+                row[1] = "%.2f%s" % (r["seconds"], " FAIL" if r["failed_agents"] or r["timed_out"] else "")
+                if r["heartbeat_lines"]:
+                    row[1] += " hb=%d" % r["heartbeat_lines"]
+            if tr and n in tsizes:
+                r = run_round(["torchrun"] * n, exes, a.timeout, False, tmp)
+                res["torchrun"].append(r)
+                row[2] = "%.2f%s" % (r["seconds"], " FAIL" if r["failed_agents"] or r["timed_out"] else "")
+            print("%6s  %12s  %12s" % tuple(row), flush=True)
+            if a.stats and n in sizes:
+                print("        stats: " + json.dumps(res["dptp_run"][-1].get("stats", {})), flush=True)
+        if a.mixed and tr:
+            n = a.mixed
+            for name, kinds in (("all dptp-run", ["dptp"] * n),
+                                ("%d dptp-run + 1 torchrun" % (n - 1), ["dptp"] * (n - 1) + ["torchrun"]),
+                                ("1 dptp-run + %d torchrun" % (n - 1), ["dptp"] + ["torchrun"] * (n - 1)),
+                                ("torchrun host + %d dptp-run" % (n - 1), ["torchrun"] + ["dptp"] * (n - 1))):
+                r = run_round(kinds, exes, a.timeout, False, tmp)
+                r["name"] = name
+                res["mixed"].append(r)
+                print("mixed %-32s %8.2f s%s" % (name, r["seconds"],
+                                                  " FAIL" if r["failed_agents"] or r["timed_out"] else ""), flush=True)
+        if a.nproc:
+            for k in ("dptp", "torchrun"):
+                if not exes[k]:
+                    continue
+                r = run_nproc(k, exes[k], a.nproc, a.timeout)
+                r["launcher"] = k
+                res["nproc"].append(r)
+                print("--nproc-per-node %d /bin/true  %-8s %6.2f s rc=%s" % (a.nproc, k, r["seconds"], r["rc"]), flush=True)
+    finally:
+        if not a.logs:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
