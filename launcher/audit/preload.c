@@ -1133,7 +1133,8 @@ NCCL_OP(ncclRecv, "recv", (void *r, size_t n, int dt, int peer, nccl_comm c, voi
  * POSIX file descriptor or a 64-byte fabric handle). A `gpu` record's h is
  * equal on the exporter and the importer of the same memory: FNV-1a 64 of
  * the handle's 64 bytes, or for a descriptor (which the importer receives
- * as another number) of its st_dev and st_ino (8 bytes each, host order). */
+ * as another number) of its st_dev, st_ino and exporter's pid (8 bytes
+ * each, host order; see fd_hash()). */
 typedef struct {
 	char reserved[64];
 } ipc_handle;
@@ -1156,17 +1157,30 @@ EXPORT int cudaGetDriverEntryPointByVersion(const char *sym, void **pfn, unsigne
 
 #define FNV_BASIS 0xcbf29ce484222325ULL
 
-/* h of a descriptor: its file's (st_dev, st_ino); *ino for the record */
-static uint64_t fd_hash(int fd, unsigned long long *ino)
+/* h of a VMM descriptor. Every export descriptor is a new open of
+ * /dev/nvidiactl (one st_dev/st_ino for all, measured with driver 580), so
+ * the exporter marks its open file description with its pid (F_SETOWN,
+ * when no owner is set; nothing is signalled without O_ASYNC): the mark
+ * travels with the description (SCM_RIGHTS, pidfd_getfd, inheritance) and
+ * the importer reads it back with F_GETOWN. h = FNV-1a of (st_dev, st_ino,
+ * that pid); *ino and *xpid for the record. */
+static uint64_t fd_hash(int fd, bool exporter, unsigned long long *ino, long long *xpid)
 {
 	struct stat st;
-	uint64_t id[2];
+	uint64_t id[3];
 	*ino = 0;
+	*xpid = 0;
 	if (fstat(fd, &st) < 0)
 		return 0;
+	int e = errno, own = fcntl(fd, F_GETOWN);
+	if (exporter && own == 0 && fcntl(fd, F_SETOWN, getpid()) == 0)
+		own = getpid();
+	errno = e;
 	id[0] = (uint64_t)st.st_dev;
 	id[1] = (uint64_t)st.st_ino;
+	id[2] = own > 0 ? (uint64_t)own : 0;
 	*ino = (unsigned long long)st.st_ino;
+	*xpid = own > 0 ? own : 0;
 	return fnv(id, sizeof(id), FNV_BASIS);
 }
 
@@ -1183,8 +1197,8 @@ static int gpu_device(void)
 	return cur_device();
 }
 
-static void gpu_record(const char *call, const char *api, const char *ht, uint64_t h, unsigned long long ino, int rc,
-		       const void *ret)
+static void gpu_record(const char *call, const char *api, const char *ht, uint64_t h, unsigned long long ino,
+		       long long xpid, int rc, const void *ret)
 {
 	struct line l;
 	uintptr_t off;
@@ -1203,6 +1217,8 @@ static void gpu_record(const char *call, const char *api, const char *ht, uint64
 	put_hex(&l, "h", h);
 	if (ino)
 		put_key_int(&l, "ino", (long long)ino);
+	if (xpid)
+		put_key_int(&l, "xpid", xpid);
 	put_key_int(&l, "dev", gpu_device());
 	put_key_int(&l, "rc", rc);
 	bool by_nccl;
@@ -1260,7 +1276,7 @@ static int drv_swap(int rc, const char *sym, void **pfn)
 /* an IPC handle's record; h 0 when there is no handle (a failed export) */
 static void ipc_record(const char *call, const char *api, const ipc_handle *h, int rc, const void *ret)
 {
-	gpu_record(call, api, "ipc", h ? fnv(h, sizeof(*h), FNV_BASIS) : 0, 0, rc, ret);
+	gpu_record(call, api, "ipc", h ? fnv(h, sizeof(*h), FNV_BASIS) : 0, 0, 0, rc, ret);
 }
 
 EXPORT int cudaIpcGetMemHandle(ipc_handle *handle, void *ptr)
@@ -1329,13 +1345,14 @@ EXPORT int cuMemExportToShareableHandle(void *shareable, unsigned long long hand
 		return 3;
 	int rc = nx(shareable, handle, type, flags);
 	unsigned long long ino = 0;
+	long long xpid = 0;
 	uint64_t h = 0;
 	if (rc == 0 && shareable && type == VMM_FD)
-		h = fd_hash(*(int *)shareable, &ino);
+		h = fd_hash(*(int *)shareable, true, &ino, &xpid);
 	else if (rc == 0 && shareable && type == VMM_FABRIC)
 		h = fnv(shareable, 64, FNV_BASIS);
-	gpu_record("vmm_export", "driver", type == VMM_FD ? "fd" : type == VMM_FABRIC ? "fabric" : "other", h, ino, rc,
-		   __builtin_return_address(0));
+	gpu_record("vmm_export", "driver", type == VMM_FD ? "fd" : type == VMM_FABRIC ? "fabric" : "other", h, ino, xpid,
+		   rc, __builtin_return_address(0));
 	return rc;
 }
 
@@ -1345,15 +1362,16 @@ EXPORT int cuMemImportFromShareableHandle(unsigned long long *handle, void *os_h
 	if (!nx)
 		return 3;
 	unsigned long long ino = 0;
+	long long xpid = 0;
 	uint64_t h = 0;
 	/* before the call: the importer may close the descriptor once imported */
 	if (type == VMM_FD)
-		h = fd_hash((int)(intptr_t)os_handle, &ino);
+		h = fd_hash((int)(intptr_t)os_handle, false, &ino, &xpid);
 	else if (type == VMM_FABRIC && os_handle)
 		h = fnv(os_handle, 64, FNV_BASIS);
 	int rc = nx(handle, os_handle, type);
-	gpu_record("vmm_import", "driver", type == VMM_FD ? "fd" : type == VMM_FABRIC ? "fabric" : "other", h, ino, rc,
-		   __builtin_return_address(0));
+	gpu_record("vmm_import", "driver", type == VMM_FD ? "fd" : type == VMM_FABRIC ? "fabric" : "other", h, ino, xpid,
+		   rc, __builtin_return_address(0));
 	return rc;
 }
 

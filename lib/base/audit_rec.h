@@ -35,11 +35,14 @@
  *   shm    call(shm_open|shm_unlink|open) name fl(open flags) rc err [site]
  *   nccl   call(init|op) id [nranks crank dev op n root] rc
  *   gpu    call(ipc_get|ipc_open|vmm_export|vmm_import) api(runtime|driver)
- *          ht(ipc|fd|fabric|other) h [ino] dev rc [site] [by("nccl")]
+ *          ht(ipc|fd|fabric|other) h [ino xpid] dev rc [site] [by("nccl")]
  *          h: 16 hex digits, equal on the exporter and the importer of the
  *          same memory: FNV-1a 64 (basis 0xcbf29ce484222325) of the 64
- *          handle bytes (ipc, fabric), or of the descriptor's st_dev then
- *          st_ino, 8 bytes each in host order (fd); ino: that st_ino
+ *          handle bytes (ipc, fabric), or of the descriptor's st_dev,
+ *          st_ino and exporter pid, 8 bytes each in host order (fd: every
+ *          export is a /dev/nvidiactl descriptor; the exporter marks it with
+ *          F_SETOWN, so h names the exporting process, not the allocation);
+ *          ino: that st_ino; xpid: that exporter pid
  *   cap    max                               the per-process record cap
  *                                            (DPTP_AUDIT_MAX_RECORDS) reached
  *   count  g gn seq                          calls per group after the cap

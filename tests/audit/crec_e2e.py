@@ -288,6 +288,10 @@ def case_gpu():
     for r in parent + child:
         if r["k"] == "gpu" and (r["rc"] != 0 or r["dev"] != 3 or not r.get("site", "").startswith("libcgpuuser.so+0x")):
             fail("gpu record: %s" % r)
+    # a descriptor names its exporter (the open file description's owner)
+    xpids = [r.get("xpid") for r in parent + child if r["k"] == "gpu" and r["ht"] == "fd"]
+    if xpids != [parent[0]["pid"]] * 2:
+        fail("exporter pids of the fd handle: %s" % xpids)
 
 
 try:

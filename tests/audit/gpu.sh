@@ -24,3 +24,7 @@ job() { # name nproc script
 }
 job device 4 gpu_device.py
 job nccl $ngpu gpu_nccl.py
+# GPU memory exchange (issue 31 item 3): CUDA IPC on WORLD vs the TP group,
+# four ranks on one GPU; the records go to $O/samples
+echo "== gpu_ipc: $(timeout 500 python3 tests/audit/gpu_ipc.py b/launcher/audit/libdptp-audit.so python3 all $O/samples \
+  > $O/gpu_ipc.txt 2>&1; echo rc=$?)" | tee -a $O/summary.txt
