@@ -264,6 +264,25 @@ static void test_nccl(void **state)
 	done();
 }
 
+/* D: a device from another coordinate than LOCAL_RANK (the TP rank) */
+static void test_d(void **state)
+{
+	struct audit_result res;
+	job(4);
+	for (int r = 0; r < 4; r++) {
+		rec(r, "py", "{\"k\":\"dev\",\"dev\":%d,\"how\":\"set_device\",\"site\":\"m.py:9\"}", r % 2);
+		rec(r, "py", "{\"k\":\"exit\",\"t\":9}");
+	}
+	analyze(&res, false);
+	assert_int_equal(res.nf, 1);
+	assert_int_equal(res.f[0].mech, 'D');
+	assert_int_equal(res.f[0].nranks, 2);
+	assert_int_equal(res.f[0].ranks[0], 2);
+	assert_string_equal(res.f[0].site, "m.py:9");
+	assert_non_null(strstr(res.f[0].detail, "rank 2 (LOCAL_RANK 2) selected cuda:0, the device of rank 0 too"));
+	done();
+}
+
 static void test_layout(void **state)
 {
 	struct audit_result res;
@@ -299,6 +318,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_r_twin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_g_cross, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nccl, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_d, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_layout, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

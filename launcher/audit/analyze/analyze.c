@@ -305,8 +305,20 @@ static int world_gaps(struct st *s)
 	return rc;
 }
 
+static bool idle_world(const struct job *j, int w);
+
+/* the world a process's gaps are reported in, -1: the job's */
+static int gap_world(const struct job *j, const struct a_proc *p)
+{
+	if (p->owner < 0)
+		return -1;
+	const struct a_proc *o = &j->p[p->owner];
+	int w = o->nw ? o->w[0] : o->home_w;
+	return w < 0 || idle_world(j, w) ? -1 : w;
+}
+
 /* a launcher worker of which nothing of its tree recorded; processes no
- * world holds */
+ * reported world holds */
 static int job_gaps(struct job *j, struct audit_report *rep)
 {
 	struct audit_result tmp = {0};
@@ -322,8 +334,8 @@ static int job_gaps(struct job *j, struct audit_report *rep)
 			if (!child)
 				rc = add_gap(&s, p->wrank_l, p->pid, "no recorder loaded in rank %d (pid %d): a static binary?",
 					p->wrank_l, (int)p->pid);
-		} else if ((p->py || p->c) && p->owner < 0) {
-			rc = proc_gaps(&s, p, -1, false);
+		} else if ((p->py || p->c) && gap_world(j, p) < 0) {
+			rc = proc_gaps(&s, p, p->wstart ? p->wrank_l : p->worker ? p->env_rank : -1, false);
 		}
 	}
 	rep->gaps = tmp.gaps;

@@ -270,6 +270,8 @@ static int on_res(struct job *j, int pi, const struct dptp_audit_rec *rec, const
 static int on_gpu(struct job *j, int pi, const struct dptp_audit_rec *rec, size_t ord)
 {
 	const char *call = dptp_audit_rec_str(rec, "call", "");
+	if (!strcmp(dptp_audit_rec_str(rec, "by", ""), "nccl"))
+		return 0; /* NCCL's own buffers among its communicator's ranks */
 	struct a_gpu *g = push(&j->gpu, &j->ngpu, &j->capgpu, sizeof(*j->gpu));
 	if (!g)
 		return -ENOMEM;
@@ -282,7 +284,7 @@ static int on_gpu(struct job *j, int pi, const struct dptp_audit_rec *rec, size_
 	g->t = rec_time(rec);
 	g->h = str_intern(&j->str, dptp_audit_rec_str(rec, "h", ""));
 	g->csite = str_intern(&j->str, dptp_audit_rec_str(rec, "site", ""));
-	g->site = join_key(j, call, "");
+	g->site = join_key(j, call, dptp_audit_rec_str(rec, "h", "")); /* the Python site's key is h too */
 	return g->h && g->csite && g->site ? 0 : -ENOMEM;
 }
 
@@ -771,26 +773,25 @@ static int place(struct job *j)
 	return 0;
 }
 
-/* A failed create (EADDRINUSE, EEXIST) the process recovered from: a later
- * create of the same kind by it succeeded (the free-port loop). */
+/* A failed create (EADDRINUSE, EEXIST) the process recovered from: its
+ * next create of the same kind (after other failures: the loop goes on)
+ * succeeded, from the same site when both are known (the free-port loop). */
 static int mark_recovered(struct job *j)
 {
-	size_t *last = calloc(j->np * 3 + 1, sizeof(*last)); /* the last successful create's ord + 1 */
-	if (!last)
+	const char **next = calloc(j->np * 3 + 1, sizeof(*next)); /* the next success's site, NULL none */
+	if (!next)
 		return -ENOMEM;
-	for (size_t i = 0; i < j->nres; i++) {
-		const struct a_res *x = &j->res[i];
-		int kind = x->port ? 0 : x->unix_name ? 1 : 2;
-		if ((x->what == 'b' || x->what == 's') && x->rc >= 0 && x->ord + 1 > last[(size_t)x->proc * 3 + (size_t)kind])
-			last[(size_t)x->proc * 3 + (size_t)kind] = x->ord + 1;
-	}
-	for (size_t i = 0; i < j->nres; i++) {
+	for (size_t i = j->nres; i-- > 0;) {
 		struct a_res *x = &j->res[i];
-		int kind = x->port ? 0 : x->unix_name ? 1 : 2;
-		x->recovered = (x->what == 'b' || x->what == 's') && x->rc < 0 &&
-			       last[(size_t)x->proc * 3 + (size_t)kind] > x->ord + 1;
+		size_t k = (size_t)x->proc * 3 + (x->port ? 0 : x->unix_name ? 1 : 2);
+		if (x->what != 'b' && x->what != 's')
+			continue;
+		if (x->rc >= 0)
+			next[k] = x->site;
+		else
+			x->recovered = next[k] && (next[k] == x->site || !next[k][0] || !x->site[0]);
 	}
-	free(last);
+	free(next);
 	return 0;
 }
 

@@ -431,6 +431,34 @@ static bool novel_step(const struct st *s, int b, const int *skip, size_t nskip)
 	return true;
 }
 
+/* No one behind, but two members wait in different calls at the same place
+ * of one group (a P divergence find_p reports): 1 with msg, else 2. */
+static int open_mismatch(struct st *s, char *msg, size_t len)
+{
+	const struct job *j = s->j;
+	for (int a = 0; a < s->size; a++) {
+		long ka = s->r[a].last_op;
+		if (ka < 0 || s->r[a].exited || j->op[ka].pos < 0)
+			continue;
+		for (int b = a + 1; b < s->size; b++) {
+			long kb = s->r[b].last_op;
+			if (kb < 0 || s->r[b].exited || j->op[kb].gid != j->op[ka].gid || j->op[kb].pos != j->op[ka].pos ||
+			    same_call(&j->op[ka], &j->op[kb]))
+				continue;
+			const struct a_group *g = &j->g[j->op[ka].gid];
+			char gr[256], x[160], y[160];
+			fmt_ranks(gr, sizeof(gr), g->ranks, g->n);
+			describe_op(x, sizeof(x), &j->op[ka]);
+			describe_op(y, sizeof(y), &j->op[kb]);
+			if (len)
+				snprintf(msg, len, "call #%d on group [%s]: rank %d waits in %s at %s, rank %d in %s at %s",
+					j->op[ka].pos + 1, gr, a, x, j->op[ka].site, b, y, j->op[kb].site);
+			return 1;
+		}
+	}
+	return 2;
+}
+
 int hang_blame(struct st *s, bool add, char *msg, size_t len)
 {
 	const struct job *j = s->j;
@@ -492,6 +520,8 @@ int hang_blame(struct st *s, bool add, char *msg, size_t len)
 			free(c.behind);
 		free_seqs(&q);
 	}
+	if (!nc && rc == 0)
+		return open_mismatch(s, msg, len);
 	/* the primary ones; else the smallest groups: deterministic */
 	bool have_primary = false;
 	size_t minn = SIZE_MAX;

@@ -1,0 +1,228 @@
+/* dptp-run --audit, the analysis's record model (launcher/audit/analyze/
+ * load.c, analyze.c): processes by pid, worlds from world records, helpers
+ * by their parent, the launcher's view, gaps (no false pass), sites. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "audit_records.h"
+
+/* a healthy two-rank job recorded in full: one world, no gap, no finding */
+static void test_complete(void **state)
+{
+	(void)state;
+	for (int r = 0; r < 2; r++) {
+		arec_rank(r, 2);
+		arec(1000 + r, "py", "{\"k\":\"op\",\"op\":\"all_reduce\",\"g\":[0,1],\"gn\":0,\"seq\":1,\"n\":4,\"site\":\"m.py:5\",\"t\":1}");
+		arec(1000 + r, "py", "{\"k\":\"done\",\"g\":[0,1],\"gn\":0,\"seq\":1,\"t\":1.1}");
+		arec_end(r);
+		arec_launcher("{\"k\":\"wstart\",\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"att\":0,\"t\":0}", r, r, 1000 + r);
+		arec_launcher("{\"k\":\"wexit\",\"rank\":%d,\"pid\":%d,\"att\":0,\"code\":0,\"sig\":null,\"core\":false,\"t\":100}", r,
+			1000 + r);
+	}
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.nw, 1);
+	assert_string_equal(arec_rep.w[0].world_id, "h:29500");
+	assert_int_equal(arec_rep.w[0].world, 2);
+	assert_int_equal(arec_rep.w[0].nrecorded, 2);
+	assert_int_equal(arec_rep.w[0].nf, 0);
+	assert_int_equal(arec_rep.w[0].ngaps, 0);
+	assert_int_equal(arec_rep.ngaps, 0);
+	assert_int_equal(arec_rep.nexits, 2);
+	assert_int_equal(arec_rep.attempts, 1);
+}
+
+/* Workers started by the program itself (mp.spawn under one launcher
+ * worker): each child is its own rank of the world it joins; the parent,
+ * which only waits, makes no world of its own. A child's socket is its own
+ * rank's, not the parent's RANK. */
+static void test_spawned_world(void **state)
+{
+	(void)state;
+	arec_launcher("{\"k\":\"wstart\",\"rank\":0,\"local_rank\":0,\"pid\":900,\"att\":0,\"t\":0}");
+	arec(900, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":0,\"world\":1,\"local_rank\":0,\"pid\":900,\"ppid\":1,\"worker\":true,\"py\":true,\"img\":0,\"host\":\"h\",\"att\":0}");
+	arec(900, "py", "{\"k\":\"hello\",\"rec\":\"py\",\"rank\":0,\"world\":1,\"local_rank\":0,\"pid\":900,\"ppid\":1,\"worker\":true,\"host\":\"h\",\"att\":0}");
+	for (int r = 0; r < 4; r++) {
+		int pid = 1000 + r;
+		arec(pid, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":0,\"world\":1,\"local_rank\":0,\"pid\":%d,\"ppid\":900,\"worker\":false,\"py\":true,\"img\":0,\"host\":\"h\",\"att\":0,\"t\":0.1}", pid);
+		arec(pid, "py", "{\"k\":\"hello\",\"rec\":\"py\",\"rank\":0,\"world\":1,\"local_rank\":0,\"pid\":%d,\"ppid\":900,\"worker\":false,\"host\":\"h\",\"att\":0,\"t\":0.2}", pid);
+		arec(pid, "py", "{\"k\":\"world\",\"id\":\"127.0.0.1:29600\",\"size\":4,\"rank\":%d,\"backend\":\"gloo\",\"timeout\":1800,\"t\":0.5}", r);
+		arec(pid, "py", "{\"k\":\"group\",\"g\":[%d,%d],\"gn\":0,\"site\":\"m.py:1\",\"t\":0.6}", r / 2 * 2, r / 2 * 2 + 1);
+		arec(pid, "py", "{\"k\":\"group\",\"g\":[%d,%d],\"gn\":0,\"site\":\"m.py:2\",\"t\":0.7}", r % 2, r % 2 + 2);
+		/* the segment of replica 0 opened by replica 1 */
+		if (r == 0)
+			arec(pid, "c", "{\"k\":\"shm\",\"call\":\"shm_open\",\"name\":\"/ws\",\"fl\":%d,\"rc\":3,\"err\":0,\"site\":\"libc.so+0x10\",\"t\":1}", 0100 | 02);
+		if (r == 2)
+			arec(pid, "c", "{\"k\":\"shm\",\"call\":\"shm_open\",\"name\":\"/ws\",\"fl\":2,\"rc\":3,\"err\":0,\"site\":\"libc.so+0x10\",\"t\":2}");
+		arec(pid, "py", "{\"k\":\"end\",\"how\":\"atexit\",\"code\":0,\"records\":9,\"lost\":0,\"t\":99}");
+	}
+	arec(900, "py", "{\"k\":\"end\",\"how\":\"atexit\",\"code\":0,\"records\":2,\"lost\":0,\"t\":100}");
+	arec_launcher("{\"k\":\"wexit\",\"rank\":0,\"pid\":900,\"att\":0,\"code\":0,\"sig\":null,\"core\":false,\"t\":101}");
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.nw, 1);
+	const struct audit_result *w = &arec_rep.w[0];
+	assert_string_equal(w->world_id, "127.0.0.1:29600");
+	assert_int_equal(w->world, 4);
+	assert_true(w->layout_known);
+	assert_int_equal(w->layout.dp, 2);
+	assert_int_equal(w->ngaps, 0);
+	assert_int_equal(w->nf, 1);
+	assert_int_equal(w->f[0].mech, 'G');
+	assert_int_equal(w->f[0].ranks[0], 2);
+	assert_string_equal(w->f[0].world_id, "127.0.0.1:29600");
+	/* the C recorder's own site when Python made none */
+	assert_string_equal(w->f[0].site, "libc.so+0x10");
+}
+
+/* A helper process (no world of its own) is its parent's rank */
+static void test_helper_joins_parent(void **state)
+{
+	(void)state;
+	for (int r = 0; r < 2; r++) {
+		arec_rank(r, 2);
+		arec_end(r);
+	}
+	/* rank 1's subprocess and rank 0 both bind port 5557: a collision of ranks 0 and 1 */
+	arec(1000, "c", "{\"k\":\"sock\",\"call\":\"bind\",\"fam\":\"inet\",\"addr\":\"0.0.0.0\",\"port\":5557,\"rc\":0,\"err\":0,\"t\":1}");
+	arec(3001, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":1,\"world\":2,\"local_rank\":1,\"pid\":3001,\"ppid\":1001,\"worker\":false,\"py\":false,\"img\":0,\"host\":\"h\",\"att\":0}");
+	arec(3001, "c", "{\"k\":\"sock\",\"call\":\"bind\",\"fam\":\"inet\",\"addr\":\"0.0.0.0\",\"port\":5557,\"rc\":-1,\"err\":98,\"t\":2}");
+	arec(3001, "c", "{\"k\":\"end\",\"how\":\"exit\",\"code\":1,\"records\":2,\"lost\":0,\"t\":3}");
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.nw, 1);
+	assert_int_equal(arec_rep.w[0].nf, 1);
+	assert_int_equal(arec_rep.w[0].f[0].nranks, 2);
+	assert_int_equal(arec_rep.w[0].f[0].ranks[1], 1);
+}
+
+/* two worlds of one job (a vLLM engine per DP rank): analysed apart, each
+ * finding names its world */
+static void test_two_worlds(void **state)
+{
+	(void)state;
+	for (int r = 0; r < 4; r++) {
+		int pid = 1000 + r;
+		arec(pid, "py", "{\"k\":\"hello\",\"rec\":\"py\",\"rank\":%d,\"world\":4,\"local_rank\":%d,\"pid\":%d,\"ppid\":1,\"worker\":true,\"host\":\"h\",\"att\":0}", r, r, pid);
+		arec(pid, "py", "{\"k\":\"world\",\"id\":\"h:%d\",\"size\":2,\"rank\":%d,\"t\":0.5}", 29500 + r / 2, r % 2);
+		/* world h:29501 disagrees on the size of its all-reduce */
+		arec(pid, "py", "{\"k\":\"op\",\"op\":\"all_reduce\",\"g\":[0,1],\"gn\":0,\"seq\":1,\"n\":%d,\"site\":\"e.py:9\",\"t\":1}",
+			r == 3 ? 3 : 4);
+		arec(pid, "py", "{\"k\":\"end\",\"how\":\"atexit\",\"code\":0,\"records\":4,\"lost\":0,\"t\":9}");
+	}
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.nw, 2);
+	assert_string_equal(arec_rep.w[0].world_id, "h:29500");
+	assert_string_equal(arec_rep.w[1].world_id, "h:29501");
+	assert_int_equal(arec_rep.w[0].nf, 0);
+	assert_int_equal(arec_count(1, 'P'), 1);
+	assert_string_equal(arec_rep.w[1].f[0].world_id, "h:29501");
+}
+
+/* no false pass: every way a process was not fully recorded is a gap */
+static void test_gaps(void **state)
+{
+	(void)state;
+	char path[128];
+	/* rank 0: the C recorder saw Python, the Python recorder never wrote */
+	arec(1000, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":0,\"world\":4,\"local_rank\":0,\"pid\":1000,\"ppid\":1,\"worker\":true,\"py\":true,\"exe\":\"/usr/bin/python3.11\",\"img\":0,\"host\":\"h\",\"att\":0}");
+	arec(1000, "c", "{\"k\":\"end\",\"how\":\"exit\",\"code\":0,\"records\":2,\"lost\":0,\"t\":9}");
+	/* rank 1: a torn last line (a full disk) */
+	arec_rank(1, 4);
+	snprintf(path, sizeof(path), "%s/a0.p1001.py.jsonl", arec_dir);
+	FILE *f = fopen(path, "a");
+	assert_non_null(f);
+	fputs("{\"k\":\"op\",\"op\":\"all_re", f);
+	fclose(f);
+	/* rank 2: records lost; rank 3: the cap */
+	arec_rank(2, 4);
+	arec(1002, "py", "{\"k\":\"end\",\"how\":\"atexit\",\"code\":0,\"records\":9,\"lost\":7,\"t\":99}");
+	arec_rank(3, 4);
+	arec(1003, "py", "{\"k\":\"cap\",\"max\":200000,\"t\":5}");
+	arec(1003, "py", "{\"k\":\"end\",\"how\":\"atexit\",\"code\":0,\"records\":9,\"lost\":0,\"t\":99}");
+	/* a worker of which nothing recorded (a static binary) */
+	arec_launcher("{\"k\":\"wstart\",\"rank\":4,\"local_rank\":4,\"pid\":1004,\"att\":0,\"t\":0}");
+	arec_launcher("{\"k\":\"wexit\",\"rank\":4,\"pid\":1004,\"att\":0,\"code\":0,\"sig\":null,\"core\":false,\"t\":9}");
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.nw, 1);
+	assert_true(arec_gap(0, "rank 0 of world h:29500 has no records"));
+	assert_true(arec_gap(SIZE_MAX, "Python recorder did not load in pid 1000"));
+	assert_true(arec_gap(0, "records of pid 1001 truncated"));
+	assert_true(arec_gap(0, "pid 1001 (rank 1) has no end record"));
+	assert_true(arec_gap(0, "pid 1002 lost 7 records"));
+	assert_true(arec_gap(0, "record cap (200000)"));
+	assert_true(arec_rep.w[0].capped);
+	assert_true(arec_gap(SIZE_MAX, "no recorder loaded in rank 4 (pid 1004)"));
+}
+
+/* The k-th C record of a call + key gets the k-th Python site of that
+ * process; NCCL's own GPU buffers are no finding */
+static void test_sites(void **state)
+{
+	(void)state;
+	for (int r = 0; r < 4; r++) {
+		arec_rank(r, 4);
+		arec_end(r);
+	}
+	for (int k = 0; k < 2; k++) {
+		arec(1000, "py", "{\"k\":\"site\",\"call\":\"bind\",\"key\":\"@ws\",\"site\":\"fd_exchange.py:%d\",\"outer\":\"train.py:57\"}", 141 + k);
+		arec(1000, "c", "{\"k\":\"sock\",\"call\":\"bind\",\"fam\":\"unix\",\"addr\":\"@ws\",\"rc\":%d,\"err\":%d,\"site\":\"_socket.so+0xbfd6\",\"t\":%d}",
+			k ? -1 : 0, k ? 98 : 0, 1 + k);
+	}
+	arec(1002, "c", "{\"k\":\"sock\",\"call\":\"bind\",\"fam\":\"unix\",\"addr\":\"@ws\",\"rc\":-1,\"err\":98,\"site\":\"_socket.so+0xbfd6\",\"t\":3}");
+	arec(1003, "c", "{\"k\":\"gpu\",\"call\":\"ipc_open\",\"api\":\"runtime\",\"ht\":\"ipc\",\"h\":\"00000000000000aa\",\"dev\":0,\"rc\":0,\"site\":\"libnccl.so+0x1\",\"by\":\"nccl\"}");
+	arec(1000, "c", "{\"k\":\"gpu\",\"call\":\"ipc_get\",\"api\":\"runtime\",\"ht\":\"ipc\",\"h\":\"00000000000000aa\",\"dev\":0,\"rc\":0,\"site\":\"libnccl.so+0x1\",\"by\":\"nccl\"}");
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.w[0].nf, 1);
+	assert_int_equal(arec_rep.w[0].f[0].mech, 'I');
+	assert_string_equal(arec_rep.w[0].f[0].site, "fd_exchange.py:141");
+}
+
+/* a record longer than the read buffer, and many records: read a buffer at
+ * a time, every line once */
+static void test_long_lines(void **state)
+{
+	(void)state;
+	char *site = malloc(200001);
+	assert_non_null(site);
+	memset(site, 'x', 200000);
+	site[200000] = '\0';
+	for (int r = 0; r < 2; r++) {
+		arec_rank(r, 2);
+		for (int i = 0; i < 3000; i++)
+			arec(1000 + r, "py", "{\"k\":\"op\",\"op\":\"all_reduce\",\"g\":[0,1],\"gn\":0,\"seq\":%d,\"n\":4,\"site\":\"%s:5\",\"t\":%d}",
+				i + 1, i == 1500 ? site : "m.py", i);
+		arec_end(r);
+	}
+	free(site);
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.nw, 1);
+	assert_int_equal(arec_rep.w[0].nf, 0);
+	assert_int_equal(arec_rep.w[0].ngaps, 0);
+	assert_true(arec_rep.nrecords >= 2 * 3000);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_complete, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_spawned_world, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_helper_joins_parent, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_two_worlds, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_gaps, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_sites, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_long_lines, arec_setup, arec_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
