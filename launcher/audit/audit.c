@@ -70,6 +70,8 @@ struct audit {
 	int hung_attempt;       /* the last such */
 	unsigned nhangs;
 	char hang_msg[2048];
+	struct audit_exit *exits; /* every worker's exit (grows with workers x attempts) */
+	size_t nexits, capexits;
 	/* the watch thread's own: */
 	struct wfile *files;
 	size_t nfiles, capfiles;
@@ -339,6 +341,18 @@ void audit_worker_exited(struct audit *a, int rank, pid_t pid, unsigned att, int
 	for (unsigned i = 0; i < a->nslots; i++)
 		if (a->slots[i].pid == pid)
 			a->slots[i].alive = false;
+	if (a->nexits == a->capexits) {
+		size_t cap = a->capexits ? 2 * a->capexits : 16;
+		struct audit_exit *e = realloc(a->exits, cap * sizeof(*e));
+		if (e) {
+			a->exits = e;
+			a->capexits = cap;
+		}
+	}
+	if (a->nexits < a->capexits)
+		a->exits[a->nexits++] = (struct audit_exit){.rank = rank, .pid = pid, .attempt = (int)att,
+			.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1, .sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0,
+			.core = WIFSIGNALED(st) && WCOREDUMP(st), .t = dptp_now()};
 	lrec(a, "{\"k\":\"wexit\",\"rank\":%d,\"pid\":%d,\"att\":%u,\"code\":%s,\"sig\":%s,\"core\":%s,\"t\":%.6f}", rank, (int)pid,
 		att, code, sig, WIFSIGNALED(st) && WCOREDUMP(st) ? "true" : "false", dptp_now());
 	pthread_mutex_unlock(&a->mu);
@@ -618,17 +632,34 @@ static bool removed(const struct audit *a)
 	return a->own_dir && !a->keep;
 }
 
+/* A replica's or the job's verdict: a finding fails; else anything not
+ * recorded makes it incomplete (never a pass); else pass. */
+enum verdict { V_PASS, V_INCOMPLETE, V_FAIL };
+static const char *const vjson[] = {"pass", "incomplete", "fail"};
+static const char *const vtext[] = {"pass", "INCOMPLETE", "FAIL"};
+
 struct view {
 	const struct audit *a;
-	const struct audit_result *res;
-	struct dptp_layout shown; /* the layout, or one replica of everything */
+	const struct audit_report *rep;
 	int job_status;
-	int *ranks;               /* room for a replica's ranks */
+	int hung_attempt;         /* -1: no hang ended an attempt */
+	enum verdict v;           /* the job's */
+	size_t nf, ngaps;         /* over every world, and the job's gaps */
 };
 
-static bool finding_in(const struct view *v, const struct audit_finding *f, int dp)
+/* the layout shown for a world: its own, or one replica of all its ranks */
+static struct dptp_layout shown(const struct audit_result *w)
 {
-	if (!v->res->layout_known)
+	struct dptp_layout l;
+	if (w->layout_known)
+		return w->layout;
+	dptp_layout_init(&l, w->world > 0 ? w->world : 1, 1, 1, w->world > 0 ? w->world : 1, NULL);
+	return l;
+}
+
+static bool finding_in(const struct audit_result *w, const struct audit_finding *f, int dp)
+{
+	if (!w->layout_known)
 		return true;
 	for (size_t i = 0; i < f->nreplicas; i++)
 		if (f->replicas[i] == dp)
@@ -636,6 +667,82 @@ static bool finding_in(const struct view *v, const struct audit_finding *f, int 
 	/* a finding that names no replica (no rank of the layout) counts for all */
 	return f->nreplicas == 0;
 }
+
+/* a gap without a rank, or in an unknown layout, touches every replica */
+static bool gap_in(const struct audit_result *w, const struct audit_gap *g, int dp)
+{
+	struct dptp_layout l = shown(w);
+	int per = l.pp * l.tp;
+	return !w->layout_known || g->rank < 0 || g->rank / per == dp;
+}
+
+static enum verdict mech_verdict(const struct audit_result *w, int dp, char m)
+{
+	for (size_t i = 0; i < w->nf; i++)
+		if ((!m || w->f[i].mech == m) && finding_in(w, &w->f[i], dp))
+			return V_FAIL;
+	if (w->capped)
+		return V_INCOMPLETE;
+	for (size_t i = 0; i < w->ngaps; i++)
+		if (gap_in(w, &w->gaps[i], dp))
+			return V_INCOMPLETE;
+	return V_PASS;
+}
+
+static enum verdict replica_verdict(const struct audit_result *w, int dp)
+{
+	enum verdict v = V_PASS;
+	for (const char *m = mechs; *m; m++) {
+		enum verdict x = mech_verdict(w, dp, *m);
+		v = x > v ? x : v;
+	}
+	return v;
+}
+
+static enum verdict world_verdict(const struct audit_result *w)
+{
+	struct dptp_layout l = shown(w);
+	enum verdict v = w->nf ? V_FAIL : w->ngaps || w->capped || !w->world ? V_INCOMPLETE : V_PASS;
+	for (int d = 0; d < l.dp; d++) {
+		enum verdict x = replica_verdict(w, d);
+		v = x > v ? x : v;
+	}
+	return v;
+}
+
+static void view_init(struct view *v)
+{
+	const struct audit_report *rep = v->rep;
+	v->v = rep->nw && !rep->ngaps ? V_PASS : V_INCOMPLETE;
+	v->ngaps = rep->ngaps;
+	for (size_t i = 0; i < rep->nw; i++) {
+		enum verdict x = world_verdict(&rep->w[i]);
+		v->v = x > v->v ? x : v->v;
+		v->nf += rep->w[i].nf;
+		v->ngaps += rep->w[i].ngaps;
+	}
+}
+
+static void replica_ranks(const struct dptp_layout *l, int dp, int *n, int *first)
+{
+	int per = l->pp * l->tp;
+	*first = dp * per;
+	*n = (dp + 1) * per <= l->world ? per : l->world - dp * per;
+	if (*n < 0)
+		*n = 0;
+}
+
+static const char *sig_name(int sig, char *buf, size_t len)
+{
+	const char *ab = sigabbrev_np(sig);
+	if (ab)
+		snprintf(buf, len, "SIG%s", ab);
+	else
+		snprintf(buf, len, "signal %d", sig);
+	return buf;
+}
+
+/* ---- JSON ---- */
 
 static void json_str(FILE *f, const char *s)
 {
@@ -652,161 +759,374 @@ static void json_ints(FILE *f, const int *v, size_t n)
 	fputc(']', f);
 }
 
-static void replica_ranks(const struct view *v, int dp, int *ranks, int *n)
+static void json_range(FILE *f, int first, int n)
 {
-	const struct dptp_layout *l = &v->shown;
-	int per = l->pp * l->tp;
-	*n = 0;
-	for (int r = dp * per; r < (dp + 1) * per && r < l->world; r++)
-		ranks[(*n)++] = r;
+	fputc('[', f);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s%d", i ? ", " : "", first + i);
+	fputc(']', f);
+}
+
+static void json_gaps(FILE *f, const struct audit_gap *g, size_t n)
+{
+	fputc('[', f);
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f, "%s{\"rank\": %d, \"pid\": %d, \"attempt\": %d, \"why\": ", i ? ", " : "", g[i].rank, (int)g[i].pid,
+			g[i].attempt);
+		json_str(f, g[i].why);
+		fputc('}', f);
+	}
+	fputc(']', f);
+}
+
+static void json_layout(FILE *f, const struct audit_result *w)
+{
+	struct dptp_layout l = shown(w);
+	fprintf(f, "{\"world\": %d, \"dp\": %d, \"pp\": %d, \"tp\": %d, \"known\": %s, \"how\": ", w->world, l.dp, l.pp, l.tp,
+		w->layout_known ? "true" : "false");
+	json_str(f, w->layout_how);
+	fputc('}', f);
+}
+
+static void json_replicas(FILE *f, const struct audit_result *w)
+{
+	struct dptp_layout l = shown(w);
+	fputc('[', f);
+	for (int d = 0; w->world && d < l.dp; d++) {
+		int n, first;
+		replica_ranks(&l, d, &n, &first);
+		fprintf(f, "%s\n  {\"dp\": %d, \"ranks\": ", d ? "," : "", d);
+		json_range(f, first, n);
+		fputs(", \"mechanisms\": {", f);
+		for (const char *m = mechs; *m; m++)
+			fprintf(f, "%s\"%c\": \"%s\"", m == mechs ? "" : ", ", *m, vjson[mech_verdict(w, d, *m)]);
+		fprintf(f, "}, \"status\": \"%s\"}", vjson[replica_verdict(w, d)]);
+	}
+	fputc(']', f);
+}
+
+static void json_trail(FILE *f, const struct audit_finding *x)
+{
+	fputc('[', f);
+	for (size_t i = 0; i < x->ntrail; i++) {
+		const struct audit_trail *t = &x->trail[i];
+		fprintf(f, "%s{\"rank\": %d, \"pid\": %d, \"calls\": [", i ? ", " : "", t->rank, (int)t->pid);
+		for (size_t k = 0; k < t->n; k++) {
+			fprintf(f, "%s{\"seq\": %lld, \"op\": ", k ? ", " : "", t->c[k].seq);
+			json_str(f, t->c[k].op);
+			fputs(", \"group\": ", f);
+			json_str(f, t->c[k].group);
+			fputs(", \"site\": ", f);
+			json_str(f, t->c[k].site);
+			fprintf(f, ", \"open\": %s}", t->c[k].open ? "true" : "false");
+		}
+		fputs("]}", f);
+	}
+	fputc(']', f);
+}
+
+static void json_finding(FILE *f, const struct audit_finding *x)
+{
+	fprintf(f, "{\"mechanism\": \"%c\", \"world\": ", x->mech);
+	json_str(f, x->world_id);
+	fprintf(f, ", \"attempt\": %d, \"replicas\": ", x->attempt);
+	json_ints(f, x->replicas, x->nreplicas);
+	fputs(", \"ranks\": ", f);
+	json_ints(f, x->ranks, x->nranks);
+	fputs(", \"site\": ", f);
+	json_str(f, x->site ? x->site : "");
+	fputs(", \"op\": ", f);
+	json_str(f, x->op);
+	fputs(", \"group\": ", f);
+	json_ints(f, x->group, x->ngroup);
+	fputs(", \"detail\": ", f);
+	json_str(f, x->detail ? x->detail : "");
+	if (x->ntrail) {
+		fputs(", \"trail\": ", f);
+		json_trail(f, x);
+	}
+	fputc('}', f);
+}
+
+/* the world shown at the top level, for readers of one world: the last
+ * attempt's first */
+static const struct audit_result *main_world(const struct audit_report *rep)
+{
+	const struct audit_result *m = NULL;
+	for (size_t i = 0; i < rep->nw; i++)
+		if (!m || rep->w[i].attempt > m->attempt)
+			m = &rep->w[i];
+	return m;
 }
 
 static int write_json(void *arg, FILE *f)
 {
 	const struct view *v = arg;
-	const struct audit_result *res = v->res;
-	const struct dptp_layout *l = &v->shown;
-	int *ranks = v->ranks, n;
-	fprintf(f, "{\"tool\": \"dptp-run --audit\", \"version\": \"%s\",\n \"layout\": {\"world\": %d, \"dp\": %d, \"pp\": %d, \"tp\": %d, \"known\": %s, \"how\": ",
-		DPTP_VERSION, res->world, l->dp, l->pp, l->tp, res->layout_known ? "true" : "false");
-	json_str(f, res->layout_how);
-	fprintf(f, "},\n \"attempt\": %d, \"ranks_recorded\": %zu, \"records\": %zu, \"hung\": %s, \"job_status\": %d, \"records_dir\": ",
-		res->attempt, res->nrecorded, res->nrecords, v->a->hung ? "true" : "false", v->job_status);
+	const struct audit_report *rep = v->rep;
+	const struct audit_result *m = main_world(rep);
+	static const struct audit_result none = {.layout_how = "nothing was recorded"};
+	fprintf(f, "{\"tool\": \"dptp-run --audit\", \"version\": \"%s\", \"status\": \"%s\",\n \"layout\": ", DPTP_VERSION,
+		vjson[v->v]);
+	json_layout(f, m ? m : &none);
+	fprintf(f, ",\n \"attempt\": %d, \"attempts\": %d, \"ranks_recorded\": %zu, \"records\": %zu, \"hung\": %s, \"hung_attempt\": %d, \"job_status\": %d, \"records_dir\": ",
+		rep->attempts > 0 ? rep->attempts - 1 : 0, rep->attempts, m ? m->nrecorded : 0, rep->nrecords,
+		v->hung_attempt >= 0 ? "true" : "false", v->hung_attempt, v->job_status);
 	json_str(f, v->a->dir);
-	fputs(",\n \"replicas\": [", f);
-	for (int d = 0; res->world && d < l->dp; d++) {
-		replica_ranks(v, d, ranks, &n);
-		fprintf(f, "%s\n  {\"dp\": %d, \"ranks\": ", d ? "," : "", d);
-		json_ints(f, ranks, (size_t)n);
-		fputs(", \"mechanisms\": {", f);
-		bool any = false;
-		for (const char *m = mechs; *m; m++) {
-			bool fail = false;
-			for (size_t i = 0; i < res->nf; i++)
-				fail |= res->f[i].mech == *m && finding_in(v, &res->f[i], d);
-			any |= fail;
-			fprintf(f, "%s\"%c\": \"%s\"", m == mechs ? "" : ", ", *m, fail ? "fail" : "pass");
-		}
-		fprintf(f, "}, \"status\": \"%s\"}", any ? "fail" : "pass");
+	fputs(",\n \"replicas\": ", f);
+	json_replicas(f, m ? m : &none);
+	fputs(",\n \"worlds\": [", f);
+	for (size_t i = 0; i < rep->nw; i++) {
+		const struct audit_result *w = &rep->w[i];
+		fprintf(f, "%s\n  {\"id\": ", i ? "," : "");
+		json_str(f, w->world_id);
+		fprintf(f, ", \"attempt\": %d, \"status\": \"%s\", \"ranks_recorded\": %zu, \"records\": %zu, \"capped\": %s, \"layout\": ",
+			w->attempt, vjson[world_verdict(w)], w->nrecorded, w->nrecords, w->capped ? "true" : "false");
+		json_layout(f, w);
+		fputs(", \"gaps\": ", f);
+		json_gaps(f, w->gaps, w->ngaps);
+		fputs(", \"replicas\": ", f);
+		json_replicas(f, w);
+		fputc('}', f);
 	}
 	fputs("],\n \"findings\": [", f);
-	for (size_t i = 0; i < res->nf; i++) {
-		const struct audit_finding *x = &res->f[i];
-		fprintf(f, "%s\n  {\"mechanism\": \"%c\", \"replicas\": ", i ? "," : "", x->mech);
-		json_ints(f, x->replicas, x->nreplicas);
-		fputs(", \"ranks\": ", f);
-		json_ints(f, x->ranks, x->nranks);
-		fputs(", \"site\": ", f);
-		json_str(f, x->site);
-		fputs(", \"op\": ", f);
-		json_str(f, x->op);
-		fputs(", \"group\": ", f);
-		json_ints(f, x->group, x->ngroup);
-		fputs(", \"detail\": ", f);
-		json_str(f, x->detail);
-		fputc('}', f);
+	size_t k = 0;
+	for (size_t i = 0; i < rep->nw; i++)
+		for (size_t j = 0; j < rep->w[i].nf; j++) {
+			fputs(k++ ? ",\n  " : "\n  ", f);
+			json_finding(f, &rep->w[i].f[j]);
+		}
+	fputs("],\n \"gaps\": ", f);
+	json_gaps(f, rep->gaps, rep->ngaps);
+	fputs(",\n \"exits\": [", f);
+	for (size_t i = 0; i < v->a->nexits; i++) {
+		const struct audit_exit *e = &v->a->exits[i];
+		fprintf(f, "%s{\"rank\": %d, \"pid\": %d, \"attempt\": %d, ", i ? ", " : "", e->rank, (int)e->pid, e->attempt);
+		if (e->sig)
+			fprintf(f, "\"code\": null, \"sig\": %d, \"core\": %s}", e->sig, e->core ? "true" : "false");
+		else
+			fprintf(f, "\"code\": %d, \"sig\": null, \"core\": false}", e->code);
 	}
 	fputs("]}\n", f);
 	return ferror(f) ? -EIO : 0;
 }
 
+/* ---- text ---- */
+
+static void text_ranks(FILE *f, const int *r, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		fprintf(f, "%s%d", k ? "," : "", r[k]);
+}
+
+/* a hang's last collectives, one column per rank, the last ones on one row */
+static void text_trail(FILE *f, const struct audit_finding *x)
+{
+	enum { W = 40 };
+	size_t rows = 0;
+	for (size_t i = 0; i < x->ntrail; i++)
+		rows = x->trail[i].n > rows ? x->trail[i].n : rows;
+	fputs("       last collectives, oldest first (* entered, not left):\n       ", f);
+	for (size_t i = 0; i < x->ntrail; i++) {
+		char h[W + 1];
+		snprintf(h, sizeof(h), "rank %d (pid %d)", x->trail[i].rank, (int)x->trail[i].pid);
+		fprintf(f, "%-*s", W, h);
+	}
+	fputc('\n', f);
+	for (size_t r = 0; r < rows; r++) {
+		fputs("       ", f);
+		for (size_t i = 0; i < x->ntrail; i++) {
+			const struct audit_trail *t = &x->trail[i];
+			char cell[W + 1] = "";
+			if (r + t->n >= rows) {
+				const struct audit_call *c = &t->c[r + t->n - rows];
+				snprintf(cell, sizeof(cell), "%lld %s%s [%s] %s", c->seq, c->op, c->open ? "*" : "", c->group, c->site);
+			}
+			fprintf(f, "%-*s", W, cell);
+		}
+		fputc('\n', f);
+	}
+}
+
+static void text_gaps(FILE *f, const char *indent, const struct audit_gap *g, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f, "%snot recorded: ", indent);
+		if (g[i].rank >= 0)
+			fprintf(f, "rank %d ", g[i].rank);
+		if (g[i].pid > 0)
+			fprintf(f, "(pid %d) ", (int)g[i].pid);
+		fprintf(f, "attempt %d: %s\n", g[i].attempt, g[i].why);
+	}
+}
+
+static void text_world(const struct view *v, const struct audit_result *w, FILE *f)
+{
+	struct dptp_layout l = shown(w);
+	fprintf(f, "dptp-run --audit: world %d = dp %d x pp %d x tp %d (%s), %zu rank%s recorded, attempt %d%s%s%s%s\n", w->world,
+		l.dp, l.pp, l.tp, w->layout_how, w->nrecorded, w->nrecorded == 1 ? "" : "s", w->attempt,
+		w->world_id[0] ? ", world " : "", w->world_id, w->attempt == v->hung_attempt ? ", ended as hung" : "",
+		w->capped ? ", record cap reached" : "");
+	for (int d = 0; d < l.dp; d++) {
+		int n, first;
+		replica_ranks(&l, d, &n, &first);
+		fprintf(f, "\nDP replica %d (rank%s ", d, n == 1 ? "" : "s");
+		for (int i = 0; i < n; i++)
+			fprintf(f, "%s%d", i ? "," : "", first + i);
+		fprintf(f, "): %s\n", vtext[replica_verdict(w, d)]);
+		for (const char *m = mechs; *m; m++) {
+			size_t nm = 0;
+			for (size_t i = 0; i < w->nf; i++) {
+				const struct audit_finding *x = &w->f[i];
+				if (x->mech != *m || !finding_in(w, x, d))
+					continue;
+				fprintf(f, "  %c  %s  ranks ", *m, nm++ ? "    " : "FAIL");
+				text_ranks(f, x->ranks, x->nranks);
+				fprintf(f, "%s%s: %s\n", x->site && x->site[0] ? " at " : "", x->site ? x->site : "", x->detail ? x->detail : "");
+				if (x->ntrail)
+					text_trail(f, x);
+			}
+			if (!nm)
+				fprintf(f, "  %c  %s\n", *m, vtext[mech_verdict(w, d, *m)]);
+		}
+	}
+	if (w->ngaps) {
+		fputc('\n', f);
+		text_gaps(f, "  ", w->gaps, w->ngaps);
+	}
+	fputc('\n', f);
+}
+
+static void text_exits(const struct view *v, FILE *f)
+{
+	bool any = false;
+	for (size_t i = 0; i < v->a->nexits; i++) {
+		const struct audit_exit *e = &v->a->exits[i];
+		char sig[32];
+		if (!e->sig && !e->code)
+			continue;
+		if (!any)
+			fputs("workers that did not exit 0 (as dptp-run saw them):\n", f);
+		any = true;
+		fprintf(f, "  rank %d (pid %d, attempt %d): ", e->rank, (int)e->pid, e->attempt);
+		if (e->sig)
+			fprintf(f, "killed by %s%s\n", sig_name(e->sig, sig, sizeof(sig)), e->core ? " (core dumped)" : "");
+		else
+			fprintf(f, "exited with %d\n", e->code);
+	}
+	if (any)
+		fputc('\n', f);
+}
+
 static int write_text(void *arg, FILE *f)
 {
 	const struct view *v = arg;
-	const struct audit_result *res = v->res;
-	const struct dptp_layout *l = &v->shown;
-	int *ranks = v->ranks, n;
-	if (!res->world) {
-		fprintf(f, "dptp-run --audit: nothing was recorded (no worker ran the recorders); records in %s\n", v->a->dir);
-		return ferror(f) ? -EIO : 0;
+	const struct audit_report *rep = v->rep;
+	fprintf(f, "dptp-run --audit: %s: %zu world%s, %d attempt%s%s\n", vtext[v->v], rep->nw, rep->nw == 1 ? "" : "s",
+		rep->attempts, rep->attempts == 1 ? "" : "s", rep->nw ? "" : ", nothing was recorded");
+	for (size_t i = 0; i < rep->nw; i++)
+		text_world(v, &rep->w[i], f);
+	if (rep->ngaps) {
+		text_gaps(f, "", rep->gaps, rep->ngaps);
+		fputc('\n', f);
 	}
-	fprintf(f, "dptp-run --audit: world %d = dp %d x pp %d x tp %d (%s), %zu rank%s recorded, attempt %d%s\n", res->world,
-		l->dp, l->pp, l->tp, res->layout_how, res->nrecorded, res->nrecorded == 1 ? "" : "s", res->attempt,
-		v->a->hung ? ", ended as hung" : "");
-	for (int d = 0; d < l->dp; d++) {
-		bool any = false;
-		replica_ranks(v, d, ranks, &n);
-		for (size_t i = 0; i < res->nf; i++)
-			any |= finding_in(v, &res->f[i], d);
-		fprintf(f, "\nDP replica %d (rank%s ", d, n == 1 ? "" : "s");
-		for (int i = 0; i < n; i++)
-			fprintf(f, "%s%d", i ? "," : "", ranks[i]);
-		fprintf(f, "): %s\n", any ? "FAIL" : "pass");
-		for (const char *m = mechs; *m; m++) {
-			size_t nm = 0;
-			for (size_t i = 0; i < res->nf; i++)
-				if (res->f[i].mech == *m && finding_in(v, &res->f[i], d)) {
-					const struct audit_finding *x = &res->f[i];
-					fprintf(f, "  %c  %s  ranks ", *m, nm ? "    " : "FAIL");
-					for (size_t k = 0; k < x->nranks; k++)
-						fprintf(f, "%s%d", k ? "," : "", x->ranks[k]);
-					fprintf(f, "%s%s: %s\n", x->site[0] ? " at " : "", x->site, x->detail);
-					nm++;
-				}
-			if (!nm)
-				fprintf(f, "  %c  pass\n", *m);
-		}
-	}
-	fprintf(f, "\n%zu finding%s; records %s %s%s\n", res->nf, res->nf == 1 ? "" : "s", removed(v->a) ? "were in" : "in",
-		v->a->dir, removed(v->a) ? " (removed; --audit-keep keeps them)" : "");
+	text_exits(v, f);
+	fprintf(f, "%s: %zu finding%s, %zu gap%s; records %s %s%s\n", vtext[v->v], v->nf, v->nf == 1 ? "" : "s", v->ngaps,
+		v->ngaps == 1 ? "" : "s", removed(v->a) ? "were in" : "in", v->a->dir,
+		removed(v->a) ? " (removed; --audit-keep keeps them)" : "");
 	return ferror(f) ? -EIO : 0;
 }
 
-/* JUnit through dptp-check's writer: one case per (replica, mechanism),
- * named dp<d>/<mechanism>. */
+/* ---- JUnit: one suite per world and attempt, one case per replica and
+ * mechanism (dp<d>/<M>); a finding is a <failure>, a gap an <error>
+ * (incomplete is never a pass); the job's own gaps one more case ---- */
+
+static void xml_str(FILE *f, const char *s)
+{
+	dptp_xml_escape(f, s, strlen(s));
+}
+
+static void junit_case(FILE *f, const struct audit_result *w, int d, char m)
+{
+	enum verdict vd = mech_verdict(w, d, m);
+	fprintf(f, "    <testcase name=\"dp%d/%c\" classname=\"dptp-run --audit.", d, m);
+	xml_str(f, w->world_id[0] ? w->world_id : "launcher");
+	fprintf(f, ".a%d\"", w->attempt);
+	if (vd == V_PASS) {
+		fputs("/>\n", f);
+		return;
+	}
+	fputs(">\n", f);
+	if (vd == V_FAIL) {
+		fputs("      <failure message=\"finding\">", f);
+		for (size_t i = 0; i < w->nf; i++)
+			if (w->f[i].mech == m && finding_in(w, &w->f[i], d)) {
+				xml_str(f, w->f[i].site ? w->f[i].site : "");
+				fputs(": ", f);
+				xml_str(f, w->f[i].detail ? w->f[i].detail : "");
+				fputc('\n', f);
+			}
+		fputs("</failure>\n", f);
+	} else {
+		fputs("      <error message=\"incomplete: not everything was recorded\">", f);
+		if (w->capped)
+			fputs("a recorder reached its record cap\n", f);
+		for (size_t i = 0; i < w->ngaps; i++)
+			if (gap_in(w, &w->gaps[i], d)) {
+				fprintf(f, "rank %d pid %d: ", w->gaps[i].rank, (int)w->gaps[i].pid);
+				xml_str(f, w->gaps[i].why);
+				fputc('\n', f);
+			}
+		fputs("</error>\n", f);
+	}
+	fputs("    </testcase>\n", f);
+}
+
 static int write_junit(void *arg, FILE *f)
 {
 	const struct view *v = arg;
-	const struct audit_result *res = v->res;
-	const struct dptp_layout *l = &v->shown;
-	struct dptp_report r = {.tool = "dptp-run --audit", .version = DPTP_VERSION, .world = res->world, .dp = l->dp,
-		.pp = l->pp, .tp = l->tp, .backend = "audit", .bootstrap = "torchrun", .engine = "dptp-run"};
-	int rc = 0;
-	r.nreplicas = res->world ? (size_t)l->dp : 0;
-	r.replicas = calloc(r.nreplicas ? r.nreplicas : 1, sizeof(*r.replicas));
-	if (!r.replicas)
-		return -ENOMEM;
-	for (size_t d = 0; d < r.nreplicas && rc == 0; d++) {
-		struct dptp_replica_result *rep = &r.replicas[d];
-		rep->dp = (int)d;
-		rep->ranks = malloc(((size_t)l->world + 1) * sizeof(int));
-		rep->checks = calloc(sizeof(mechs) - 1, sizeof(*rep->checks));
-		if (!rep->ranks || !rep->checks) {
-			rc = -ENOMEM;
-			break;
-		}
-		replica_ranks(v, (int)d, rep->ranks, &rep->nranks);
-		rep->status = DPTP_PASS;
-		for (const char *m = mechs; *m && rc == 0; m++) {
-			struct dptp_check_result *c = &rep->checks[rep->nchecks++];
-			char *detail = strdup("");
-			snprintf(c->name, sizeof(c->name), "%c", *m);
-			c->status = DPTP_PASS;
-			for (size_t i = 0; i < res->nf && detail; i++) {
-				const struct audit_finding *x = &res->f[i];
-				char *nd;
-				if (x->mech != *m || !finding_in(v, x, (int)d))
-					continue;
-				c->status = DPTP_FAIL;
-				if (asprintf(&nd, "%s%s%s%s%s", detail, *detail ? "\n" : "", x->site, x->site[0] ? ": " : "", x->detail) < 0)
-					nd = NULL;
-				free(detail);
-				detail = nd;
+	const struct audit_report *rep = v->rep;
+	fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dptp-run --audit\">\n", f);
+	for (size_t i = 0; i < rep->nw; i++) {
+		const struct audit_result *w = &rep->w[i];
+		struct dptp_layout l = shown(w);
+		int nfail = 0, nerr = 0;
+		for (int d = 0; d < l.dp; d++)
+			for (const char *m = mechs; *m; m++) {
+				enum verdict x = mech_verdict(w, d, *m);
+				nfail += x == V_FAIL;
+				nerr += x == V_INCOMPLETE;
 			}
-			if (!(c->detail = detail))
-				rc = -ENOMEM;
-			rep->status = dptp_status_worst(rep->status, c->status);
-		}
+		fputs("  <testsuite name=\"", f);
+		xml_str(f, w->world_id[0] ? w->world_id : "launcher");
+		fprintf(f, " attempt %d\" tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"0\">\n", w->attempt,
+			l.dp * (int)(sizeof(mechs) - 1), nfail, nerr);
+		fprintf(f, "    <properties>\n      <property name=\"layout\" value=\"world=%d dp=%d pp=%d tp=%d\"/>\n    </properties>\n",
+			w->world, l.dp, l.pp, l.tp);
+		for (int d = 0; d < l.dp; d++)
+			for (const char *m = mechs; *m; m++)
+				junit_case(f, w, d, *m);
+		fputs("  </testsuite>\n", f);
 	}
-	if (rc == 0)
-		rc = dptp_report_write_junit(&r, f);
-	dptp_report_release(&r);
-	return rc;
+	if (rep->ngaps || !rep->nw) {
+		fputs("  <testsuite name=\"job\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\">\n"
+		      "    <testcase name=\"records\" classname=\"dptp-run --audit.job\">\n"
+		      "      <error message=\"incomplete: not everything was recorded\">", f);
+		if (!rep->nw)
+			fputs("nothing was recorded\n", f);
+		for (size_t i = 0; i < rep->ngaps; i++) {
+			fprintf(f, "rank %d pid %d attempt %d: ", rep->gaps[i].rank, (int)rep->gaps[i].pid, rep->gaps[i].attempt);
+			xml_str(f, rep->gaps[i].why);
+			fputc('\n', f);
+		}
+		fputs("</error>\n    </testcase>\n  </testsuite>\n", f);
+	}
+	fputs("</testsuites>\n", f);
+	return ferror(f) ? -EIO : 0;
 }
 
 int audit_finish(struct audit *a, int job_status, FILE *errs)
 {
-	struct audit_result res;
+	struct audit_report rep;
 	struct dptp_err err = {0};
 	int status = job_status;
 	if (!a)
@@ -814,27 +1134,17 @@ int audit_finish(struct audit *a, int job_status, FILE *errs)
 	stop_watch(a);
 	if (!a->dir[0]) /* the job never started workers */
 		return job_status;
-	const struct dptp_layout *given = a->have_layout ? &a->layout : NULL;
-	int rc = audit_analyze(a->dir, given, a->hung, &res, &err);
-	if (rc == 0 && a->hung && res.attempt != a->hung_attempt) {
-		a->hung = false; /* the hang was an earlier attempt's, restarted since */
-		audit_analyze_result_release(&res);
-		rc = audit_analyze(a->dir, given, false, &res, &err);
-	}
+	memset(&rep, 0, sizeof(rep));
+	int hung = a->nhangs ? a->hung_attempt : -1;
+	int rc = audit_analyze_job(a->dir, a->have_layout ? &a->layout : NULL, hung, &rep, &err);
 	if (rc < 0) {
-		fprintf(errs, "dptp-run --audit: error: %s\n", err.msg);
-		audit_analyze_result_release(&res);
+		fprintf(errs, "dptp-run --audit: error: %s (records in %s)\n", err.msg, a->dir);
+		audit_report_release(&rep);
+		a->keep = true; /* what could not be read stays to be looked at */
 		return job_status ? job_status : 1;
 	}
-	struct view v = {.a = a, .res = &res, .job_status = job_status};
-	if (res.layout_known)
-		v.shown = res.layout;
-	else
-		dptp_layout_init(&v.shown, res.world ? res.world : 1, 1, 1, res.world ? res.world : 1, NULL);
-	if (!(v.ranks = malloc(((size_t)v.shown.world + 1) * sizeof(int)))) {
-		audit_analyze_result_release(&res);
-		return job_status ? job_status : 1;
-	}
+	struct view v = {.a = a, .rep = &rep, .job_status = job_status, .hung_attempt = hung};
+	view_init(&v);
 	fputc('\n', errs);
 	write_text(&v, errs);
 	fflush(errs);
@@ -854,10 +1164,9 @@ int audit_finish(struct audit *a, int job_status, FILE *errs)
 				status = 1;
 		}
 	}
-	if (!status && res.nf)
-		status = 1;
-	free(v.ranks);
-	audit_analyze_result_release(&res);
+	if (!status)
+		status = v.v == V_FAIL ? 1 : v.v == V_INCOMPLETE ? 5 : 0;
+	audit_report_release(&rep);
 	return status;
 }
 
@@ -875,5 +1184,6 @@ void audit_destroy(struct audit *a)
 	free(a->own_dir);
 	free(a->slots);
 	free(a->files);
+	free(a->exits);
 	free(a);
 }

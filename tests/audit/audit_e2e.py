@@ -172,7 +172,7 @@ def case_subproc():
         fail("no CHILD-ENV line:\n" + so)
     adir = re.search(r"records in (\S+)", se).group(1)
     files = sorted(os.listdir(adir))
-    if files != ["r0.a0.c.jsonl", "r0.a0.py.jsonl", "r1.a0.c.jsonl", "r1.a0.py.jsonl"]:
+    if [len([n for n in files if n.endswith(x)]) for x in (".c.jsonl", ".py.jsonl", "launcher.jsonl")] != [2, 2, 1]:
         fail("records: %s" % files)
 
 
