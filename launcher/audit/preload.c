@@ -377,6 +377,31 @@ struct find_lib {
 	void *fn;
 };
 
+#if defined(__x86_64__)
+/* the real dlsym (dlsym itself is interposed below) */
+__attribute__((visibility("hidden"))) void *dptp_real_dlsym;
+__attribute__((visibility("hidden"), used)) void *dptp_resolve_dlsym(void);
+
+void *dptp_resolve_dlsym(void)
+{
+	void *fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+	if (!fn)
+		fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+	__atomic_store_n(&dptp_real_dlsym, fn, __ATOMIC_RELEASE);
+	return fn;
+}
+
+static void *raw_dlsym(void *h, const char *name)
+{
+	void *fn = __atomic_load_n(&dptp_real_dlsym, __ATOMIC_ACQUIRE);
+	if (!fn)
+		fn = dptp_resolve_dlsym();
+	return fn ? ((void *(*)(void *, const char *))fn)(h, name) : NULL;
+}
+#else
+#define raw_dlsym dlsym
+#endif
+
 static int find_in(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct find_lib *f = arg;
@@ -386,7 +411,7 @@ static int find_in(struct dl_phdr_info *info, size_t size, void *arg)
 	void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
 	if (!h)
 		return 0;
-	f->fn = dlsym(h, f->sym);
+	f->fn = raw_dlsym(h, f->sym);
 	dlclose(h);
 	return f->fn != NULL;
 }
@@ -1157,6 +1182,9 @@ EXPORT int cudaGetDriverEntryPointByVersion(const char *sym, void **pfn, unsigne
 
 #define FNV_BASIS 0xcbf29ce484222325ULL
 
+/* inside a runtime wrapper (its driver calls are the runtime's) */
+static __thread int in_runtime __attribute__((tls_model("initial-exec")));
+
 /* h of a VMM descriptor. Every export descriptor is a new open of
  * /dev/nvidiactl (one st_dev/st_ino for all, measured with driver 580), so
  * the exporter marks its open file description with its pid (F_SETOWN,
@@ -1205,7 +1233,7 @@ static void gpu_record(const char *call, const char *api, const char *ht, uint64
 	if (rec_fd < 0)
 		return;
 	/* the runtime's own driver calls: its call is recorded already */
-	const char *b = strcmp(api, "driver") ? NULL : code_at(ret, &off);
+	const char *b = strcmp(api, "driver") ? NULL : in_runtime ? "libcudart" : code_at(ret, &off);
 	if (b && !strncmp(b, "libcudart", 9))
 		return;
 	begin(&l, "gpu", call);
@@ -1286,7 +1314,9 @@ EXPORT int cudaIpcGetMemHandle(ipc_handle *handle, void *ptr)
 		nx = (int (*)(ipc_handle *, void *))next("cudaIpcGetMemHandle");
 	if (!nx)
 		return 3; /* cudaErrorInitializationError */
+	in_runtime++;
 	int rc = nx(handle, ptr);
+	in_runtime--;
 	ipc_record("ipc_get", "runtime", rc == 0 ? handle : NULL, rc, __builtin_return_address(0));
 	return rc;
 }
@@ -1298,7 +1328,9 @@ EXPORT int cudaIpcOpenMemHandle(void **ptr, ipc_handle handle, unsigned int flag
 		nx = (int (*)(void **, ipc_handle, unsigned int))next("cudaIpcOpenMemHandle");
 	if (!nx)
 		return 3;
+	in_runtime++;
 	int rc = nx(ptr, handle, flags);
+	in_runtime--;
 	ipc_record("ipc_open", "runtime", &handle, rc, __builtin_return_address(0));
 	return rc;
 }
@@ -1417,3 +1449,48 @@ EXPORT int cudaGetDriverEntryPointByVersion(const char *sym, void **pfn, unsigne
 		return 3;
 	return drv_swap(nx(sym, pfn, ver, flags, status), sym, pfn);
 }
+
+/* ---- dlsym: driver entry points taken from a handle of libcuda -------- */
+
+/* cuda-python (flashinfer's workspaces), NCCL and the runtime take libcuda's
+ * entry points with dlsym(their handle, "cuGetProcAddress_v2") or by name,
+ * which never asks the interposed definitions. On x86-64 dlsym is
+ * interposed: for a handle, the wrapped names are handed out as ours (the
+ * runtime's own driver calls are then left out by gpu_record());
+ * RTLD_DEFAULT and RTLD_NEXT go to the real dlsym by a tail jump, so that
+ * it sees its caller (RTLD_NEXT is relative to the caller's object, and
+ * RTLD_DEFAULT searches the caller's scope). */
+#if defined(__x86_64__)
+__attribute__((visibility("hidden"), used)) void *dptp_dlsym_handle(void *h, const char *name);
+
+void *dptp_dlsym_handle(void *h, const char *name)
+{
+	void *fn = ((void *(*)(void *, const char *))dptp_real_dlsym)(h, name);
+	if (fn && name && name[0] == 'c' && name[1] == 'u')
+		drv_swap(0, name, &fn);
+	return fn;
+}
+
+__asm__(".text\n"
+	".globl dlsym\n"
+	".type dlsym, @function\n"
+	"dlsym:\n"
+	"	endbr64\n"
+	"	movq dptp_real_dlsym(%rip), %rax\n"
+	"	testq %rax, %rax\n"
+	"	jnz 1f\n"
+	"	pushq %rdi\n"
+	"	pushq %rsi\n"
+	"	subq $8, %rsp\n"
+	"	call dptp_resolve_dlsym\n"
+	"	addq $8, %rsp\n"
+	"	popq %rsi\n"
+	"	popq %rdi\n"
+	"1:	testq %rdi, %rdi\n" /* RTLD_DEFAULT */
+	"	jz 2f\n"
+	"	cmpq $-1, %rdi\n" /* RTLD_NEXT */
+	"	je 2f\n"
+	"	jmp dptp_dlsym_handle\n"
+	"2:	jmp *%rax\n"
+	".size dlsym, .-dlsym\n");
+#endif

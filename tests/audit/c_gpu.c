@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 		return 2;
 	pid_t pid = fork();
 	if (pid == 0) {
-		ipc_handle h[3];
+		ipc_handle h[4];
 		unsigned char fabric[64];
 		close(sv[0]);
 		if (read(sv[1], h, sizeof(h)) != (ssize_t)sizeof(h) || read(sv[1], fabric, 64) != 64)
@@ -67,7 +67,7 @@ int main(int argc, char **argv)
 		_exit(fd2 < 0 || imp(h, fd2, fabric) ? 4 : 0);
 	}
 	close(sv[1]);
-	ipc_handle h[3];
+	ipc_handle h[4];
 	unsigned char fabric[64];
 	int fd = -1, st = 0;
 	int rc = exp(h, &fd, fabric);

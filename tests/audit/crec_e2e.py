@@ -5,7 +5,7 @@ record descriptor stays out of the program's way, every image ends with an
 `end`, the cap and write errors are counted, and GPU memory exchange is
 recorded with the same hash on both ends (stand-in CUDA libraries).
 
-usage: crec_e2e.py LIBDPTP_AUDIT_SO CASE [AUDIT_C_GPU LIBCGPUUSER]"""
+usage: crec_e2e.py LIBDPTP_AUDIT_SO CASE [AUDIT_C_GPU LIBCGPUUSER LIBCNEXT]"""
 import json
 import os
 import re
@@ -267,23 +267,30 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 def case_gpu():
     """CUDA IPC and VMM handles, runtime and driver API, from a library
-    loaded with RTLD_LOCAL and through cuGetProcAddress and
-    cudaGetDriverEntryPoint: exporter and importer records carry equal h."""
+    loaded with RTLD_LOCAL and through cuGetProcAddress,
+    cudaGetDriverEntryPoint and a libcuda handle of the library's own
+    (cuda-python's way): exporter and importer records carry equal h; the
+    runtime's own driver calls are not recorded twice."""
     exe, lib = sys.argv[3], sys.argv[4]
-    p = run([exe, lib], env=env(FAKE_CUDA_DEV="3"))
+    # with a second interposer after the recorder: its getpid() takes the
+    # next one with dlsym(RTLD_NEXT), which stays relative to it although
+    # the recorder interposes dlsym (else the pids below are -1)
+    p = run([exe, lib], env=env(FAKE_CUDA_DEV="3", LD_PRELOAD=PRE + ":" + os.path.abspath(sys.argv[5])))
     if p.returncode != 0 or "returned 0" not in p.stdout:
         fail("rc %d: %s %s" % (p.returncode, p.stdout, p.stderr))
     recs = files()
     if len(recs) != 2:
         fail("files: %s" % recs)
     parent, child = recs[min(recs)][0], recs[max(recs)][0]
+    if [parent[0]["pid"], child[0]["pid"], child[0]["ppid"]] != [min(recs), max(recs), min(recs)]:
+        fail("pids: %s %s" % (parent[0], child[0]))
     exp = [(r["call"], r["api"], r["ht"], r["h"]) for r in parent if r["k"] == "gpu"]
     imp = [(r["call"], r["api"], r["ht"], r["h"]) for r in child if r["k"] == "gpu"]
-    want_exp = [("ipc_get", "runtime", "ipc"), ("ipc_get", "driver", "ipc"), ("ipc_get", "driver", "ipc"),
-                ("vmm_export", "driver", "fd"), ("vmm_export", "driver", "fabric")]
+    want_exp = [("ipc_get", "runtime", "ipc")] + [("ipc_get", "driver", "ipc")] * 3 + \
+        [("vmm_export", "driver", "fd"), ("vmm_export", "driver", "fabric")]
     if [e[:3] for e in exp] != want_exp or [i[:3] for i in imp] != [("ipc_open",) + w[1:] if w[0] == "ipc_get" else ("vmm_import",) + w[1:] for w in want_exp]:
         fail("gpu records:\n%s\n%s" % (exp, imp))
-    if [e[3] for e in exp] != [i[3] for i in imp] or len(set(e[3] for e in exp)) != 5 or "0" * 16 in [e[3] for e in exp]:
+    if [e[3] for e in exp] != [i[3] for i in imp] or len(set(e[3] for e in exp)) != 6 or "0" * 16 in [e[3] for e in exp]:
         fail("hashes differ or repeat:\n%s\n%s" % (exp, imp))
     for r in parent + child:
         if r["k"] == "gpu" and (r["rc"] != 0 or r["dev"] != 3 or not r.get("site", "").startswith("libcgpuuser.so+0x")):

@@ -12,7 +12,8 @@ usage: gpu_ipc.py LIBDPTP_AUDIT_SO PYTHON [MODE [KEEPDIR]]
   MODE: world | tp | world_vmm (expandable segments: VMM fd handles) |
         worker_env world|tp (one rank, from RANK/WORLD_SIZE/MASTER_ADDR) |
         probe (two cuMemCreate exports, imported by a child through
-        inherited fds: do distinct exports get distinct h?) | all (default)
+        inherited fds: do distinct exports get distinct h?) | cudapy (a VMM
+        export through cuda-python, when installed) | all (default)
 Exits 77 (skipped) without torch or a GPU."""
 import json
 import os
@@ -97,6 +98,33 @@ def probe():
     subprocess.run([sys.executable, HERE, "probe_child"] + [str(f) for f in fds], pass_fds=fds, check=True)
 
 
+def cudapy():
+    """a VMM export through cuda-python (flashinfer's way to libcuda: its
+    own handle's entry points); prints the result, or that it is absent"""
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError:
+        try:
+            from cuda import cuda as cu
+        except ImportError:
+            print("export cuda-python: not installed", flush=True)
+            return
+    assert cu.cuInit(0)[0] == 0
+    dev = cu.cuDeviceGet(0)[1]
+    ctx = cu.cuDevicePrimaryCtxRetain(dev)[1]
+    cu.cuCtxSetCurrent(ctx)
+    prop = cu.CUmemAllocationProp()
+    prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    prop.location.id = 0
+    fdtype = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    prop.requestedHandleTypes = fdtype
+    gran = cu.cuMemGetAllocationGranularity(prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)[1]
+    h = cu.cuMemCreate(gran, prop, 0)[1]
+    err, fd = cu.cuMemExportToShareableHandle(h, fdtype, 0)
+    print("export cuda-python rc", int(err), "fd", fd, flush=True)
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -145,13 +173,13 @@ def job(mode, pre, py, keep):
     adir = tempfile.mkdtemp(prefix="dptp-gpu-%s-" % mode)
     env = dict(os.environ, LD_PRELOAD=pre, DPTP_AUDIT_DIR=adir, DPTP_AUDIT_PPID=str(os.getpid()),
                WORLD_SIZE="4", MASTER_ADDR="127.0.0.1")
-    if os.environ.get("GPU_IPC_PYREC") and mode != "probe":  # the Python recorder too (its sitecustomize's folder)
+    if os.environ.get("GPU_IPC_PYREC") and mode not in ("probe", "cudapy"):  # the Python recorder too (its sitecustomize's folder)
         env["PYTHONPATH"] = os.environ["GPU_IPC_PYREC"]
     if mode == "world_vmm":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     port = free_port()
-    if mode == "probe":
-        procs = [subprocess.Popen([py, HERE, "probe"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    if mode in ("probe", "cudapy"):
+        procs = [subprocess.Popen([py, HERE, mode], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True)]
     else:
         procs = [subprocess.Popen([py, HERE, "worker", "world" if mode == "world_vmm" else mode, str(r), str(port)],
@@ -179,6 +207,8 @@ def main():
         return worker(sys.argv[2], int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), "env://")
     if sys.argv[1] == "probe":
         return probe()
+    if sys.argv[1] == "cudapy":
+        return cudapy()
     if sys.argv[1] == "probe_child":
         return probe_child([int(a) for a in sys.argv[2:]])
     pre, py = os.path.abspath(sys.argv[1]), sys.argv[2]
@@ -193,7 +223,7 @@ def main():
     world = sorted((i, j) for i in range(4) for j in range(4) if i != j)
     want = {"world": world, "world_vmm": world, "tp": [(0, 1), (1, 0), (2, 3), (3, 2)]}
     bad = 0
-    for m in (["world", "tp", "world_vmm", "probe"] if mode == "all" else [mode]):
+    for m in (["world", "tp", "world_vmm", "probe", "cudapy"] if mode == "all" else [mode]):
         outs, pairs, unmatched, gpu = job(m, pre, py, keep)
         print("== %s: exit codes %s" % (m, [rc for rc, _ in outs]))
         for rc, o in outs:
