@@ -921,7 +921,7 @@ static void text_ranks(FILE *f, const int *r, size_t n)
 /* a hang's last collectives, one column per rank, the last ones on one row */
 static void text_trail(FILE *f, const struct audit_finding *x)
 {
-	enum { W = 40 };
+	enum { W = 44 };
 	size_t rows = 0;
 	for (size_t i = 0; i < x->ntrail; i++)
 		rows = x->trail[i].n > rows ? x->trail[i].n : rows;
@@ -939,7 +939,9 @@ static void text_trail(FILE *f, const struct audit_finding *x)
 			char cell[W + 1] = "";
 			if (r + t->n >= rows) {
 				const struct audit_call *c = &t->c[r + t->n - rows];
-				snprintf(cell, sizeof(cell), "%lld %s%s [%s] %s", c->seq, c->op, c->open ? "*" : "", c->group, c->site);
+				const char *base = strrchr(c->site, '/');
+				snprintf(cell, W - 1, "%lld %s%s [%s] %s", c->seq, c->op, c->open ? "*" : "", c->group,
+					base ? base + 1 : c->site);
 			}
 			fprintf(f, "%-*s", W, cell);
 		}
