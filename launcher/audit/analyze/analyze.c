@@ -106,8 +106,14 @@ static int nccl_ops(struct st *s)
 			o->site = d.site;
 			o->n = d.n;
 			o->done = true;
-			snprintf(o->op, sizeof(o->op), "%s", d.op);
-			snprintf(o->dt, sizeof(o->dt), "nccl%d", d.dt);
+			char dt[16];
+			snprintf(dt, sizeof(dt), "nccl%d", d.dt);
+			o->op = str_intern(&j->str, d.op);
+			o->dt = str_intern(&j->str, dt);
+			if (!o->op || !o->dt) {
+				rc = -ENOMEM;
+				break;
+			}
 			o->pos = is_p2p(o->op) ? -1 : cnt[d.rank]++;
 			o->seq = o->pos + 1;
 			bool to = !strcmp(d.op, "send");

@@ -159,8 +159,10 @@ static int on_op(struct job *j, int pi, const struct dptp_audit_rec *rec)
 	o->gid = gid;
 	o->t = rec_time(rec);
 	o->seq = dptp_audit_rec_int(rec, "seq", 0);
-	snprintf(o->op, sizeof(o->op), "%s", dptp_audit_rec_str(rec, "op", "?"));
-	snprintf(o->dt, sizeof(o->dt), "%s", dptp_audit_rec_str(rec, "dt", ""));
+	o->op = str_intern(&j->str, dptp_audit_rec_str(rec, "op", "?"));
+	o->dt = str_intern(&j->str, dptp_audit_rec_str(rec, "dt", ""));
+	if (!o->op || !o->dt)
+		return -ENOMEM;
 	o->n = dptp_audit_rec_int(rec, "n", -1);
 	for (int k = 0; k < R_N; k++) {
 		o->has[k] = dptp_audit_rec_has(rec, root_key[k]);

@@ -46,8 +46,8 @@ struct a_op {
 	int gid;         /* index into job.g */
 	int pos;         /* index among this process's collectives on gid; -1: point-to-point */
 	long long seq;   /* the recorder's own number on the group, 0 unknown */
-	char op[32];
-	char dt[16];
+	const char *op;  /* interned */
+	const char *dt;  /* interned, "" unknown */
 	int64_t n;
 	int64_t root[R_N];
 	bool has[R_N];
