@@ -50,7 +50,7 @@
 static int rec_fd = -1;
 static dev_t rec_dev;
 static ino_t rec_ino;
-static char rec_path[4096];
+static char rec_path[4096], rec_dir[3900]; /* the folder, as at start */
 static bool rec_on; /* DPTP_AUDIT_DIR was set: this process and its children record */
 /* counts of this image: written, lost (write errors, the cap), taken (cap) */
 static unsigned long n_written, n_lost, n_taken, rec_max = DPTP_AUDIT_MAX_DEFAULT;
@@ -595,8 +595,8 @@ static void after_fork_child(void)
 	exit_known = false;
 	me.img = 0;
 	set_img_env(getpid(), 0);
-	const char *dir = getenv(DPTP_AUDIT_DIR_ENV);
-	if (!dir || !make_path(dir, getpid()))
+	/* no getenv() here: the folder was kept at start */
+	if (!make_path(rec_dir, getpid()))
 		return;
 	rec_pid = getpid();
 	rec_fd = open_rec();
@@ -620,8 +620,9 @@ __attribute__((constructor)) static void audit_preload_init(void)
 	next__Exit = (void (*)(int))next("_Exit");
 
 	const char *dir = getenv(DPTP_AUDIT_DIR_ENV);
-	if (!dir || !*dir || !next_open)
+	if (!dir || !*dir || strlen(dir) >= sizeof(rec_dir) || !next_open)
 		return;
+	memcpy(rec_dir, dir, strlen(dir) + 1);
 	rec_on = true;
 	me.rank = env_int("RANK", -1);
 	me.world = env_int("WORLD_SIZE", -1);
