@@ -1,5 +1,5 @@
 /* dptp-run --audit: the record parser (lib/base/audit_rec.c) and the
- * analysis (launcher/audit_analyze.c) on records written by hand, one
+ * analysis (launcher/audit/analyze/) on records written by hand, one
  * mechanism at a time, and healthy records with no finding. */
 #include <errno.h>
 #include <setjmp.h>

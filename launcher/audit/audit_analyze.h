@@ -125,12 +125,6 @@ int audit_analyze_job(const char *dir, const struct dptp_layout *given, int hung
 		      struct dptp_err *err);
 void audit_report_release(struct audit_report *r);
 
-/* The old one-world form (the last attempt's first world), kept until
- * audit.c reads the report: to be removed. */
-int audit_analyze(const char *dir, const struct dptp_layout *given, bool hung, struct audit_result *res,
-		  struct dptp_err *err);
-void audit_analyze_result_release(struct audit_result *r);
-
 /* For the hang watch: 1 when every live rank of the last attempt's worlds
  * is inside a collective it entered and has not left (its last `op` has no
  * `done`) or has exited, and some rank is behind on a group: msg then names

@@ -454,7 +454,7 @@ int audit_analyze_job(const char *dir, const struct dptp_layout *given, int hung
 	return rc;
 }
 
-void audit_analyze_result_release(struct audit_result *r)
+static void result_release(struct audit_result *r)
 {
 	if (!r)
 		return;
@@ -478,34 +478,11 @@ void audit_report_release(struct audit_report *r)
 	if (!r)
 		return;
 	for (size_t i = 0; i < r->nw; i++)
-		audit_analyze_result_release(&r->w[i]);
+		result_release(&r->w[i]);
 	free(r->w);
 	free(r->gaps);
 	free(r->exits);
 	memset(r, 0, sizeof(*r));
-}
-
-/* the old one-world form: the last attempt's first world */
-int audit_analyze(const char *dir, const struct dptp_layout *given, bool hung, struct audit_result *res,
-		  struct dptp_err *err)
-{
-	struct audit_report rep;
-	memset(res, 0, sizeof(*res));
-	int rc = audit_analyze_job(dir, given, -1, &rep, err);
-	if (rc == 0 && hung && rep.nw) {
-		int last = rep.w[rep.nw - 1].attempt;
-		audit_report_release(&rep);
-		rc = audit_analyze_job(dir, given, last, &rep, err);
-	}
-	if (rc == 0 && rep.nw) {
-		size_t pick = rep.nw - 1;
-		while (pick > 0 && rep.w[pick - 1].attempt == rep.w[rep.nw - 1].attempt)
-			pick--;
-		*res = rep.w[pick];
-		memset(&rep.w[pick], 0, sizeof(rep.w[pick]));
-	}
-	audit_report_release(&rep);
-	return rc;
 }
 
 /* ---- the hang watch -------------------------------------------------------- */
@@ -543,7 +520,7 @@ int audit_analyze_pending(const char *dir, char *msg, size_t len, pid_t *pids, s
 			}
 		}
 		world_close(&s);
-		audit_analyze_result_release(&tmp);
+		result_release(&tmp);
 	}
 	if (off >= 2 && len > off && !strcmp(msg + off - 2, "; "))
 		msg[off - 2] = '\0';
