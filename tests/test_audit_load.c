@@ -148,6 +148,8 @@ static void test_gaps(void **state)
 	arec_rank(3, 4);
 	arec(1003, "py", "{\"k\":\"cap\",\"max\":200000,\"t\":5}");
 	arec(1003, "py", "{\"k\":\"end\",\"how\":\"atexit\",\"code\":0,\"records\":9,\"lost\":0,\"t\":99}");
+	/* rank 3 execs another Python in which the Python recorder does not load */
+	arec(1003, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":3,\"world\":4,\"local_rank\":3,\"pid\":1003,\"ppid\":999,\"worker\":true,\"py\":true,\"exe\":\"/opt/py/bin/python3\",\"img\":1,\"host\":\"h\",\"att\":0}");
 	/* a worker of which nothing recorded (a static binary) */
 	arec_launcher("{\"k\":\"wstart\",\"rank\":4,\"local_rank\":4,\"pid\":1004,\"att\":0,\"t\":0}");
 	arec_launcher("{\"k\":\"wexit\",\"rank\":4,\"pid\":1004,\"att\":0,\"code\":0,\"sig\":null,\"core\":false,\"t\":9}");
@@ -160,6 +162,7 @@ static void test_gaps(void **state)
 	assert_true(arec_gap(0, "pid 1001 (rank 1) has no end record"));
 	assert_true(arec_gap(0, "pid 1002 lost 7 records"));
 	assert_true(arec_gap(0, "record cap (200000)"));
+	assert_true(arec_gap(0, "did not load in pid 1003 after an exec of /opt/py/bin/python3"));
 	assert_true(arec_rep.w[0].capped);
 	assert_true(arec_gap(SIZE_MAX, "no recorder loaded in rank 4 (pid 1004)"));
 }
@@ -186,6 +189,7 @@ static void test_sites(void **state)
 	assert_int_equal(arec_rep.w[0].nf, 1);
 	assert_int_equal(arec_rep.w[0].f[0].mech, 'I');
 	assert_string_equal(arec_rep.w[0].f[0].site, "fd_exchange.py:141");
+	assert_non_null(strstr(arec_rep.w[0].f[0].detail, "(called from train.py:57)"));
 }
 
 /* a record longer than the read buffer, and many records: read a buffer at

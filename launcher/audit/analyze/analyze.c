@@ -272,6 +272,9 @@ static int proc_gaps(struct st *s, const struct a_proc *p, int rank, bool member
 	if (p->c_says_py && !p->hello_py)
 		rc = add_gap(s, rank, p->pid, "the Python recorder did not load in pid %d%s%s (python -I, -E or -S?)", (int)p->pid,
 			p->exe[0] ? ", " : "", p->exe);
+	else if (p->n_c_py_image > p->n_py_hello)
+		rc = add_gap(s, rank, p->pid, "the Python recorder did not load in pid %d after an exec of %s", (int)p->pid,
+			p->exe[0] ? p->exe : "another Python");
 	if (rc == 0 && p->torn)
 		rc = add_gap(s, rank, p->pid, "records of pid %d truncated (a torn last line: a full disk, or killed mid-write)",
 			(int)p->pid);

@@ -14,8 +14,8 @@ int find_c(struct st *s, const struct name_use *u, size_t n)
 		char o[256];
 		fmt_ranks(o, sizeof(o), u[i].owners, u[i].no);
 		rc = add_finding(s, 'C', u[i].owners, u[i].no, u[i].site, "bind",
-			"port %s taken by ranks %s of different replicas: %s; a port offset by a coordinate they share (a DP rank forced to 0)",
-			u[i].key + 5, o, collision_how(&u[i]));
+			"port %s taken by ranks %s of different replicas%s: %s; a port offset by a coordinate they share (a DP rank forced to 0)",
+			u[i].key + 5, o, u[i].from, collision_how(&u[i]));
 	}
 	return rc;
 }

@@ -136,8 +136,9 @@ static int g_names(struct st *s, const struct name_use *u, size_t n)
 		char us[256];
 		fmt_ranks(us, sizeof(us), cross, nc);
 		rc = add_finding(s, 'G', cross, nc, u[i].usite, u[i].unix_name ? "connect" : "shm_open",
-			"%s '%s' of rank %d (replica %d) used by rank%s %s of another replica: a per-replica resource set up over a group that spans replicas",
-			u[i].unix_name ? "socket" : "shared-memory segment", u[i].key, u[i].owners[0], d0, nc > 1 ? "s" : "", us);
+			"%s '%s' of rank %d (replica %d) used by rank%s %s of another replica%s: a per-replica resource set up over a group that spans replicas",
+			u[i].unix_name ? "socket" : "shared-memory segment", u[i].key, u[i].owners[0], d0, nc > 1 ? "s" : "", us,
+			u[i].ufrom);
 	}
 	free(cross);
 	return rc;
@@ -223,9 +224,11 @@ static int g_gpu(struct st *s)
 				if (!in_list(ranks, nr, xe->rank))
 					ranks[nr++] = xe->rank;
 			}
+			char from[200];
+			called_from(from, sizeof(from), im->site, im->outer);
 			rc = add_finding(s, 'G', ranks, nr, im->site[0] ? im->site : ex->site, gpu_api(im->call),
-				"rank %d (replica %d) maps GPU memory of rank %d (replica %d) (%s of a handle from %s at %s): a per-replica GPU workspace shared across replicas",
-				im->rank, di, ex->rank, de, gpu_api(im->call), gpu_api(ex->call), ex->site[0] ? ex->site : "?");
+				"rank %d (replica %d) maps GPU memory of rank %d (replica %d)%s (%s of a handle from %s at %s): a per-replica GPU workspace shared across replicas",
+				im->rank, di, ex->rank, de, from, gpu_api(im->call), gpu_api(ex->call), ex->site[0] ? ex->site : "?");
 		}
 		i = e;
 	}

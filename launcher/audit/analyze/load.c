@@ -315,11 +315,13 @@ static void on_hello(struct a_proc *p, bool py, const struct dptp_audit_rec *rec
 {
 	if (py) {
 		p->hello_py = true;
+		p->n_py_hello++;
 		snprintf(p->flags, sizeof(p->flags), "%s", dptp_audit_rec_str(rec, "flags", ""));
 		p->pre |= rec_bool(rec, "pre");
 	} else {
 		p->hello_c = true;
 		p->c_says_py |= rec_bool(rec, "py");
+		p->n_c_py_image += rec_bool(rec, "py");
 		snprintf(p->exe, sizeof(p->exe), "%s", dptp_audit_rec_str(rec, "exe", ""));
 	}
 	if (dptp_audit_rec_has(rec, "ppid"))
@@ -415,7 +417,8 @@ static int on_record(struct job *j, int pi, bool py, const struct dptp_audit_rec
 			x->ord = ord;
 			x->jkey = join_key(j, dptp_audit_rec_str(rec, "call", ""), dptp_audit_rec_str(rec, "key", ""));
 			x->site = str_intern(&j->str, dptp_audit_rec_str(rec, "site", ""));
-			return x->jkey && x->site ? 0 : -ENOMEM;
+			x->outer = str_intern(&j->str, dptp_audit_rec_str(rec, "outer", ""));
+			return x->jkey && x->site && x->outer ? 0 : -ENOMEM;
 		}
 		return 0;
 	case 'n':
@@ -633,6 +636,7 @@ struct jref {
 	size_t ord;
 	const char **site; /* in: the join key; out: the site */
 	const char *csite;
+	const char **outer;
 };
 
 static int cmp_jref(const void *a, const void *b)
@@ -655,9 +659,11 @@ static int join_sites(struct job *j)
 	if (!r)
 		return -ENOMEM;
 	for (size_t i = 0; i < j->nres; i++)
-		r[i] = (struct jref){j->res[i].proc, j->res[i].site, j->res[i].ord, &j->res[i].site, j->res[i].csite};
+		r[i] = (struct jref){j->res[i].proc, j->res[i].site, j->res[i].ord, &j->res[i].site, j->res[i].csite,
+			&j->res[i].outer};
 	for (size_t i = 0; i < j->ngpu; i++)
-		r[j->nres + i] = (struct jref){j->gpu[i].proc, j->gpu[i].site, j->gpu[i].ord, &j->gpu[i].site, j->gpu[i].csite};
+		r[j->nres + i] = (struct jref){j->gpu[i].proc, j->gpu[i].site, j->gpu[i].ord, &j->gpu[i].site, j->gpu[i].csite,
+			&j->gpu[i].outer};
 	if (n > 1)
 		qsort(r, n, sizeof(*r), cmp_jref);
 	if (j->nsites > 1)
@@ -674,10 +680,9 @@ static int join_sites(struct job *j)
 		while (se < j->nsites && j->sites[se].proc == key.proc && j->sites[se].jkey == key.jkey)
 			se++;
 		for (size_t k = i; k < e; k++) {
-			const char *site = r[k].csite;
-			if (se > s)
-				site = j->sites[s + (k - i < se - s ? k - i : se - s - 1)].site;
-			*r[k].site = site[0] ? site : r[k].csite;
+			const struct a_site *py = se > s ? &j->sites[s + (k - i < se - s ? k - i : se - s - 1)] : NULL;
+			*r[k].site = py && py->site[0] ? py->site : r[k].csite;
+			*r[k].outer = py && py->outer && py->site[0] ? py->outer : "";
 		}
 		i = e;
 	}

@@ -321,6 +321,14 @@ int add_gap(struct st *s, int rank, pid_t pid, const char *fmt, ...)
 	return 0;
 }
 
+void called_from(char *buf, size_t len, const char *site, const char *outer)
+{
+	if (outer && outer[0] && strcmp(outer, site ? site : ""))
+		snprintf(buf, len, " (called from %s)", outer);
+	else if (len)
+		buf[0] = '\0';
+}
+
 void describe_op(char *buf, size_t len, const struct a_op *o)
 {
 	size_t off = (size_t)snprintf(buf, len, "%s(", o->op);

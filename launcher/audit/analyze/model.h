@@ -68,6 +68,7 @@ struct a_res {
 	const char *key; /* interned: "@abstract", "/path", "port 5557", "/segment" */
 	const char *csite; /* the C recorder's own "lib+0xoff", interned, or "" */
 	const char *site; /* joined: the Python caller's, else csite */
+	const char *outer; /* joined: the user's outermost frame, "" unknown */
 	int rc, err;
 	double t;
 };
@@ -80,6 +81,7 @@ struct a_gpu {
 	char call[16];
 	const char *h;   /* interned handle hash */
 	const char *csite, *site;
+	const char *outer; /* the user's outermost frame, "" unknown */
 	int dev, rc;
 	double t;
 };
@@ -101,7 +103,7 @@ struct a_site {
 	int proc;
 	size_t ord;
 	const char *jkey; /* interned: call class + key */
-	const char *site;
+	const char *site, *outer;
 };
 
 /* a per-process count record (past the cap) */
@@ -116,6 +118,7 @@ struct a_proc {
 	pid_t pid, ppid;
 	bool py, c;        /* a file of that recorder */
 	bool hello_py, hello_c, c_says_py, worker, pre;
+	int n_py_hello, n_c_py_image; /* Python hellos; images the C recorder saw as Python (an exec makes one more) */
 	bool ended;        /* an end or exit record */
 	bool torn;         /* a torn last line */
 	bool capped;
@@ -245,6 +248,8 @@ int add_finding(struct st *s, char mech, const int *ranks, size_t nranks, const 
 int set_group(struct audit_finding *f, const int *ranks, size_t n);
 __attribute__((format(printf, 4, 5)))
 int add_gap(struct st *s, int rank, pid_t pid, const char *fmt, ...);
+/* " (called from OUTER)" when outer is known and not site itself, else "" */
+void called_from(char *buf, size_t len, const char *site, const char *outer);
 void describe_op(char *buf, size_t len, const struct a_op *o);
 bool same_call(const struct a_op *a, const struct a_op *b);
 bool group_spans_replicas(const struct st *s, const struct a_group *g);
@@ -274,6 +279,7 @@ struct name_use {
 	size_t ncoll;    /* creates that failed (not recovered) */
 	int coll_err;
 	const char *site, *usite;
+	char from[200], ufrom[200]; /* " (called from train.py:57)": the user's outermost frame, or "" */
 	bool reps;       /* owners of different replicas */
 };
 int names_collect(struct st *s, struct name_use **out, size_t *n);

@@ -43,10 +43,14 @@ static int one_name(struct st *s, const size_t *idx, size_t n, struct name_use *
 		bool creates = y->what == 'b' || y->what == 's';
 		if (y->rank < 0)
 			continue;
-		if (creates && !u->site[0])
+		if (creates && !u->site[0]) {
 			u->site = y->site;
-		if (!creates && !u->usite[0])
+			called_from(u->from, sizeof(u->from), y->site, y->outer);
+		}
+		if (!creates && !u->usite[0]) {
 			u->usite = y->site;
+			called_from(u->ufrom, sizeof(u->ufrom), y->site, y->outer);
+		}
 		if (creates && y->rc >= 0) {
 			add_once(u->owners, &u->no, y->rank);
 			u->excl |= y->excl;

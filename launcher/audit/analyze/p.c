@@ -90,6 +90,7 @@ static int compare_counts(struct st *s, size_t gid, const struct seqs *q)
 	const struct a_group *g = &s->j->g[gid];
 	long long lo = -1, hi = -1;
 	int rlo = -1, rhi = -1;
+	const char *site = "";
 	for (size_t m = 0; m < g->n; m++) {
 		int r = g->ranks[m];
 		if (!q->v[m] || !s->r[r].exited || s->r[r].raised)
@@ -98,6 +99,8 @@ static int compare_counts(struct st *s, size_t gid, const struct seqs *q)
 		if (lo < 0 || c < lo) {
 			lo = c;
 			rlo = r;
+			/* where it was when its calls were last kept */
+			site = q->len[m] && q->v[m][q->len[m] - 1] ? q->v[m][q->len[m] - 1]->site : "";
 		}
 		if (c > hi) {
 			hi = c;
@@ -108,7 +111,7 @@ static int compare_counts(struct st *s, size_t gid, const struct seqs *q)
 		return 0;
 	char gr[256];
 	fmt_ranks(gr, sizeof(gr), g->ranks, g->n);
-	int rc = add_finding(s, 'P', &rlo, 1, "", "",
+	int rc = add_finding(s, 'P', &rlo, 1, site, "",
 		"rank %d made %lld collectives on group [%s], rank %d made %lld (counted past the record cap: the calls themselves were not kept)",
 		rlo, lo, gr, rhi, hi);
 	if (rc == 0)
