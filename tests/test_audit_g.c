@@ -79,11 +79,48 @@ static void test_across_replicas(void **state)
 	assert_true(ipc && vmm);
 }
 
+/* real records (tests/audit/samples/README.md): torch's CUDA IPC on WORLD
+ * is one G finding on both replicas (the segments libcuda and torch open
+ * beside it are part of it); on the TP group, none */
+static void sample(const char *name, size_t want_g)
+{
+	char dir[4096];
+	const char *root = getenv("DPTP_SOURCE_ROOT");
+	struct dptp_err err = {0};
+	struct audit_report rep;
+	snprintf(dir, sizeof(dir), "%s/tests/audit/samples/%s", root ? root : "..", name);
+	assert_int_equal(audit_analyze_job(dir, NULL, -1, &rep, &err), 0);
+	assert_int_equal(rep.nw, 1);
+	const struct audit_result *w = &rep.w[0];
+	assert_true(w->layout_known);
+	assert_int_equal(w->layout.dp, 2);
+	size_t g = 0;
+	for (size_t i = 0; i < w->nf; i++) {
+		print_message("%s: %c %s %s\n", name, w->f[i].mech, w->f[i].site, w->f[i].detail);
+		if (w->f[i].mech != 'G')
+			continue;
+		g++;
+		assert_int_equal(w->f[i].nreplicas, 2);
+		assert_int_equal(w->f[i].nranks, 4);
+	}
+	assert_int_equal(g, want_g);
+	audit_report_release(&rep);
+}
+
+static void test_samples(void **state)
+{
+	(void)state;
+	sample("gpu_world", 1);
+	sample("gpu_world_vmm", 1);
+	sample("gpu_tp", 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_within_tp, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_across_replicas, arec_setup, arec_teardown),
+		cmocka_unit_test(test_samples),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

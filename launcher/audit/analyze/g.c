@@ -113,8 +113,16 @@ static int g_loop(struct st *s)
 	return rc;
 }
 
+/* The segments CUDA IPC itself opens beside a shared GPU buffer: libcuda's
+ * (/cuda.shm.<dev>.<pid>.<n>) and torch's reference counter
+ * (/torch_<pid>_<n>_<n>): part of a GPU finding, not findings of their own. */
+static bool gpu_bookkeeping(const char *key)
+{
+	return !strncmp(key, "/cuda.shm.", 10) || !strncmp(key, "/torch_", 7);
+}
+
 /* G (b): one owner, users in other replicas */
-static int g_names(struct st *s, const struct name_use *u, size_t n)
+static int g_names(struct st *s, const struct name_use *u, size_t n, bool gpu_found)
 {
 	const struct audit_result *res = s->out;
 	int rc = 0;
@@ -122,7 +130,7 @@ static int g_names(struct st *s, const struct name_use *u, size_t n)
 	if (!cross)
 		return -ENOMEM;
 	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (u[i].no != 1 || !u[i].nu || name_collides(&u[i]))
+		if (u[i].no != 1 || !u[i].nu || name_collides(&u[i]) || (gpu_found && gpu_bookkeeping(u[i].key)))
 			continue;
 		int d0 = replica_of(res, u[i].owners[0]);
 		size_t nc = 0;
@@ -242,10 +250,11 @@ out:
 
 int find_g(struct st *s, const struct name_use *u, size_t n)
 {
-	int rc = g_names(s, u, n);
+	size_t before = s->out->nf;
+	int rc = g_gpu(s);
+	if (rc == 0)
+		rc = g_names(s, u, n, s->out->nf > before);
 	if (rc == 0)
 		rc = g_loop(s);
-	if (rc == 0)
-		rc = g_gpu(s);
 	return rc;
 }
