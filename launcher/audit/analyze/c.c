@@ -11,11 +11,12 @@ int find_c(struct st *s, const struct name_use *u, size_t n)
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (!u[i].port || !u[i].reps || !name_collides(&u[i]))
 			continue;
-		char o[256];
+		char o[256], from[200];
 		fmt_ranks(o, sizeof(o), u[i].owners, u[i].no);
+		called_from(from, sizeof(from), u[i].site, u[i].outer);
 		rc = add_finding(s, 'C', u[i].owners, u[i].no, u[i].site, "bind",
 			"port %s taken by ranks %s of different replicas%s: %s; a port offset by a coordinate they share (a DP rank forced to 0)",
-			u[i].key + 5, o, u[i].from, collision_how(&u[i]));
+			u[i].key + 5, o, from, collision_how(&u[i]));
 	}
 	return rc;
 }

@@ -141,12 +141,13 @@ static int g_names(struct st *s, const struct name_use *u, size_t n, bool gpu_fo
 		}
 		if (!nc)
 			continue;
-		char us[256];
+		char us[256], from[200];
 		fmt_ranks(us, sizeof(us), cross, nc);
+		called_from(from, sizeof(from), u[i].usite, u[i].uouter);
 		rc = add_finding(s, 'G', cross, nc, u[i].usite, u[i].unix_name ? "connect" : "shm_open",
 			"%s '%s' of rank %d (replica %d) used by rank%s %s of another replica%s: a per-replica resource set up over a group that spans replicas",
 			u[i].unix_name ? "socket" : "shared-memory segment", u[i].key, u[i].owners[0], d0, nc > 1 ? "s" : "", us,
-			u[i].ufrom);
+			from);
 	}
 	free(cross);
 	return rc;

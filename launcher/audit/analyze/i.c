@@ -30,13 +30,14 @@ int find_i(struct st *s, const struct name_use *u, size_t n)
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (!name_collides(&u[i]) || (u[i].port && u[i].reps))
 			continue;
-		char o[256];
+		char o[256], from[200];
 		fmt_ranks(o, sizeof(o), u[i].owners, u[i].no);
+		called_from(from, sizeof(from), u[i].site, u[i].outer);
 		const char *what = u[i].port ? "port" : u[i].segment ? "shared-memory segment" : "socket name";
 		const char *q = u[i].port ? "" : "'";
 		rc = add_finding(s, 'I', u[i].owners, u[i].no, u[i].site, u[i].segment ? "shm_open" : "bind",
 			"%s %s%s%s taken by ranks %s%s%s: %s; a name that should be unique lacks the group, replica or instance part (or comes from an identically seeded RNG)",
-			what, q, u[i].port ? u[i].key + 5 : u[i].key, q, o, u[i].reps ? " of different replicas" : "", u[i].from,
+			what, q, u[i].port ? u[i].key + 5 : u[i].key, q, o, u[i].reps ? " of different replicas" : "", from,
 			collision_how(&u[i]));
 	}
 	return rc;

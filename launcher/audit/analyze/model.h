@@ -279,7 +279,7 @@ struct name_use {
 	size_t ncoll;    /* creates that failed (not recovered) */
 	int coll_err;
 	const char *site, *usite;
-	char from[200], ufrom[200]; /* " (called from train.py:57)": the user's outermost frame, or "" */
+	const char *outer, *uouter; /* the user's outermost frames of site and usite, "" unknown */
 	bool reps;       /* owners of different replicas */
 };
 int names_collect(struct st *s, struct name_use **out, size_t *n);

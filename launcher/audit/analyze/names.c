@@ -1,6 +1,7 @@
 /* dptp-run --audit: the sockets, ports and shared-memory segments of one
  * world by name (the shared part of I, C and G): who created each name, who
- * only used it, and whether creates collided. Sorted once: O(n log n). A
+ * only used it, and whether creates collided. Sorted once: O(n log n); only
+ * the names several ranks touched are kept. A
  * create that failed with EADDRINUSE or EEXIST and was followed by a
  * successful create of the same process (the free-port loop) is no
  * collision. */
@@ -32,7 +33,8 @@ static int one_name(struct st *s, const size_t *idx, size_t n, struct name_use *
 {
 	const struct job *j = s->j;
 	const struct a_res *x = &j->res[idx[0]];
-	*u = (struct name_use){.key = x->key, .port = x->port, .unix_name = x->unix_name, .site = "", .usite = ""};
+	*u = (struct name_use){.key = x->key, .port = x->port, .unix_name = x->unix_name, .site = "", .usite = "",
+		.outer = "", .uouter = ""};
 	u->segment = !x->unix_name && !x->port;
 	u->owners = malloc((n + 1) * sizeof(int));
 	u->users = malloc((n + 1) * sizeof(int));
@@ -45,11 +47,11 @@ static int one_name(struct st *s, const size_t *idx, size_t n, struct name_use *
 			continue;
 		if (creates && !u->site[0]) {
 			u->site = y->site;
-			called_from(u->from, sizeof(u->from), y->site, y->outer);
+			u->outer = y->outer;
 		}
 		if (!creates && !u->usite[0]) {
 			u->usite = y->site;
-			called_from(u->ufrom, sizeof(u->ufrom), y->site, y->outer);
+			u->uouter = y->outer;
 		}
 		if (creates && y->rc >= 0) {
 			add_once(u->owners, &u->no, y->rank);
@@ -89,6 +91,11 @@ int names_collect(struct st *s, struct name_use **out, size_t *nout)
 			e++;
 		struct name_use *u = push(out, nout, &cap, sizeof(**out));
 		rc = u ? one_name(s, idx + i, e - i, u) : -ENOMEM;
+		if (rc == 0 && u->no < 2 && !u->nu) { /* one owner, no user: nothing to say, nothing kept */
+			free(u->owners);
+			free(u->users);
+			(*nout)--;
+		}
 		i = e;
 	}
 	free(idx);
