@@ -55,10 +55,15 @@ struct xnode {
 	int finish; /* 0 not asked, 1 waiting for the other nodes, 2 all done */
 	unsigned long dmdx_id;
 	/* liveness: every hb_interval s this node ADDs 1 to <prefix>hb/<me>
-	 * and reads every other node's counter (ADD 0); a node whose counter
-	 * has not moved for hb_timeout s is lost, and so is the store (node
-	 * 0's, or the c10d endpoint) when it leaves a round unanswered as long */
+	 * and reads the counters of the next XNODE_HB_WATCH nodes in a ring
+	 * (ADD 0); a node whose counter has not moved for hb_timeout s is lost
+	 * (this node reports the failed attempt, which every node watches),
+	 * and so is the store (node 0's, or the c10d endpoint) when it leaves a
+	 * round unanswered as long. O(1) operations per node and round: the
+	 * store's host serves O(N) per round, not O(N^2) (every node reading
+	 * every counter). */
 	struct xop *hb;
+	unsigned hb_watch[XNODE_HB_WATCH], hb_nwatch;
 	double hb_interval, hb_timeout, hb_next, hb_sent;
 	bool hb_waiting;
 	uint64_t *hb_val;
@@ -66,6 +71,8 @@ struct xnode {
 	int lost;          /* the lost node, -1 none */
 	char lost_why[160];
 };
+
+_Static_assert(XNODE_HB_WATCH >= 1, "a node watches a node");
 
 struct dmdx_token {
 	unsigned from;
@@ -241,6 +248,8 @@ int xnode_start(struct xnode **out, const char *host, unsigned port, const char 
 		x->hb_next = now;
 		for (unsigned k = 0; k < nnodes; k++)
 			x->hb_seen[k] = now;
+		for (unsigned i = 0; i < XNODE_HB_WATCH && i + 1 < nnodes; i++)
+			x->hb_watch[x->hb_nwatch++] = (me + 1 + i) % nnodes;
 	}
 	*out = x;
 	return 0;
@@ -596,16 +605,17 @@ static int pids_read(struct xnode *x, struct xop *o)
 static int heartbeats_read(struct xnode *x, struct xop *o)
 {
 	double now = dptp_now();
-	if (!x->hb_waiting || o->inlen < 8 * (size_t)x->nnodes)
+	if (!x->hb_waiting || o->inlen < 8 * (size_t)(1 + x->hb_nwatch))
 		return STEP_MORE;
-	for (unsigned k = 0; k < x->nnodes; k++) {
-		uint64_t v = dptp_le64_get(o->in + 8 * k);
+	for (unsigned i = 0; i < x->hb_nwatch; i++) { /* after our own counter */
+		unsigned k = x->hb_watch[i];
+		uint64_t v = dptp_le64_get(o->in + 8 * (1 + i));
 		if (v != x->hb_val[k]) {
 			x->hb_val[k] = v;
 			x->hb_seen[k] = now;
 		}
 	}
-	in_drop(o, 8 * (size_t)x->nnodes);
+	in_drop(o, 8 * (size_t)(1 + x->hb_nwatch));
 	x->hb_waiting = false;
 	return STEP_NEXT;
 }
@@ -734,17 +744,20 @@ static void hb_tick(struct xnode *x, double now)
 		set_lost(x, 0, why);
 		return;
 	}
-	for (unsigned k = 0; k < x->nnodes; k++)
-		if (k != x->me && now - x->hb_seen[k] > x->hb_timeout) {
+	for (unsigned i = 0; i < x->hb_nwatch; i++) {
+		unsigned k = x->hb_watch[i];
+		if (now - x->hb_seen[k] > x->hb_timeout) {
 			snprintf(why, sizeof(why), "no heartbeat for %.0f s", now - x->hb_seen[k]);
 			set_lost(x, k, why);
 			return;
 		}
+	}
 	if (x->hb_waiting || now < x->hb_next)
 		return;
-	for (unsigned k = 0; k < x->nnodes; k++) {
+	for (unsigned i = 0; i <= x->hb_nwatch; i++) {
+		unsigned k = i ? x->hb_watch[i - 1] : x->me;
 		snprintf(key, sizeof(key), "%shb/%u", x->prefix, k);
-		if (put_u8(x->hb, DPTP_TCPSTORE_ADD) || put_str(x->hb, key, strlen(key)) || put_u64(x->hb, k == x->me))
+		if (put_u8(x->hb, DPTP_TCPSTORE_ADD) || put_str(x->hb, key, strlen(key)) || put_u64(x->hb, i == 0))
 			return;
 	}
 	x->hb_waiting = true;

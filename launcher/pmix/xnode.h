@@ -37,6 +37,8 @@
 #include "rdzv/rendezvous.h"
 
 #define XNODE_MAX_FDS 64
+/* nodes whose heartbeats each node watches: the next ones in a ring */
+#define XNODE_HB_WATCH 2
 
 struct xnode;
 

@@ -675,7 +675,7 @@ static int add_part(struct rendezvous *r, const struct rdzv_nd *nd, long long no
 
 /* The tickets' nodes into the state read last (a no-op when all are in);
  * heartbeats of now for the ones that beat since the last refresh. */
-static int combine_apply(struct rendezvous *r, const struct ticket *tk, size_t n, bool refresh, bool *changed)
+static int combine_apply(struct rendezvous *r, const struct ticket *tk, size_t n, bool add, bool refresh, bool *changed)
 {
 	struct rdzv_state *s = r->c10d->st;
 	const struct run_opts *o = r->opts;
@@ -687,7 +687,7 @@ static int combine_apply(struct rendezvous *r, const struct ticket *tk, size_t n
 	for (unsigned i = 0; i < s->npart; i++)
 		rdzv_nd_index_put(&ix, &s->part[i], i);
 	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < n && !s->complete; i++) {
+	for (size_t i = 0; rc == 0 && add && i < n && !s->complete; i++) {
 		if (rdzv_nd_index_find(&ix, &tk[i].nd) >= 0)
 			continue;
 		if ((rc = add_part(r, &tk[i].nd, now)) == 0) {
@@ -741,8 +741,8 @@ static int combine(struct rendezvous *r, double deadline, struct dptp_err *err)
 	struct rdzv_c10d *c = r->c10d;
 	const struct run_opts *o = r->opts;
 	struct ticket *tk = calloc(64, sizeof(*tk));
-	size_t cap = 64, ntk = 1;
-	double last_poll = 0, last_refresh = dptp_now();
+	size_t cap = 64, ntk = 1, ntk_written = 0;
+	double last_poll = 0, last_write = -1e9, last_refresh = dptp_now();
 	long long round = c->st->round;
 	int rc = 0;
 	char kn[280], kd[280], ka[280], knext[280];
@@ -761,8 +761,7 @@ static int combine(struct rendezvous *r, double deadline, struct dptp_err *err)
 		if ((rc = dptp_tcpstore_client_add_many(c->c, k2, &one, 1, NULL, err)) < 0 ||
 		    (rc = dptp_tcpstore_client_add(c->c, k1[0], 0, &n, err)) < 0)
 			break;
-		bool fresh = (size_t)n > ntk;
-		if (fresh) {
+		if ((size_t)n > ntk) {
 			if ((rc = read_tickets(r, &tk, &cap, (int64_t)ntk + 1, n, err)) < 0)
 				break;
 			ntk = (size_t)n;
@@ -773,14 +772,22 @@ static int combine(struct rendezvous *r, double deadline, struct dptp_err *err)
 				break;
 			last_refresh = now;
 		}
-		if (fresh || refresh || now - last_poll >= 1.0) {
+		/* the tickets go in once a second, at once where they complete the
+		 * round or bring it to min_nodes (the last call starts): a write
+		 * per second or so, whatever the number of nodes */
+		const struct rdzv_state *st = c->st;
+		size_t npend = ntk - ntk_written;
+		bool add = npend && (now - last_write >= 1.0 || st->npart + npend >= o->max_nodes ||
+				     (st->npart < o->min_nodes && st->npart + npend >= o->min_nodes));
+		bool due = st->has_deadline && st->deadline_us <= rdzv_state_now_us();
+		if (add || refresh || due || now - last_poll >= 1.0) {
 			int has_set;
 			c->last_sync = -1;
 			if ((rc = sync_state(r, &has_set, err)) < 0)
 				goto out;
 			while (!c->st->closed && c->st->round == round) { /* add, write; again on a lost write */
 				bool changed = false;
-				if ((rc = combine_apply(r, tk, ntk, refresh, &changed)) < 0) {
+				if ((rc = combine_apply(r, tk, ntk, add, refresh, &changed)) < 0) {
 					rc = rc == -ENOMEM ? dptp_err_set(err, rc, "out of memory")
 							   : dptp_err_set(err, rc, "the rendezvous has more than %d nodes", RDZV_MAX_NODES);
 					goto out;
@@ -791,8 +798,11 @@ static int combine(struct rendezvous *r, double deadline, struct dptp_err *err)
 				c->n_batches++;
 				if ((rc = sync_state(r, &has_set, err)) < 0)
 					goto out;
-				if (has_set == 1)
+				if (has_set == 1) {
+					ntk_written = add ? ntk : ntk_written;
+					last_write = dptp_now();
 					break;
+				}
 			}
 			last_poll = dptp_now();
 		}
@@ -949,6 +959,8 @@ static int c10d_start(struct rendezvous *r, struct dptp_err *err)
 	if (port < 0)
 		port = C10D_DEFAULT_PORT;
 	host_it = o->c10d.is_host >= 0 ? o->c10d.is_host == 1 : is_this_machine(host);
+	if (host_it)
+		DPTP_TRY(rdzv_common_fd_budget(o->max_nodes, err));
 	if (host_it) {
 		struct dptp_tcpstore_server_opts so = {.host = NULL, .port = (uint16_t)port};
 		struct dptp_err e = {0};

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,26 @@ static void store_log(void *arg, const char *msg)
 	char pre[64];
 	glog_prefix('W', pre, sizeof(pre));
 	fprintf(stderr, "%s%s\n", pre, msg);
+}
+
+int rdzv_common_fd_budget(unsigned nodes, struct dptp_err *err)
+{
+	/* each node holds a few connections to the store: the agent's two,
+	 * its cross-node PMIx ones (serving, heartbeats, a fence or two) */
+	rlim_t need = (rlim_t)nodes * RDZV_FDS_PER_NODE + 256;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+		return 0;
+	rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+	struct rlimit nl = {.rlim_cur = want, .rlim_max = rl.rlim_max};
+	if (want > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &nl) == 0)
+		rl.rlim_cur = want;
+	if (rl.rlim_cur >= need)
+		return 0;
+	return dptp_err_set(err, -EMFILE, "the store of %u nodes needs about %llu descriptors, and RLIMIT_NOFILE allows "
+		"%llu (hard limit %llu): raise it (ulimit -n, limits.conf) or run fewer nodes", nodes,
+		(unsigned long long)need, (unsigned long long)rl.rlim_cur,
+		(unsigned long long)(rl.rlim_max == RLIM_INFINITY ? 0 : rl.rlim_max));
 }
 
 int rdzv_common_store_up(struct rendezvous *r, struct dptp_err *err)

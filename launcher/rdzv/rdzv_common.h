@@ -120,6 +120,12 @@ unsigned rdzv_common_slots(void);
 /* Python json.dumps of a string (ensure_ascii, with the quotes) into out. */
 void rdzv_common_json_str(const char *s, char *out, size_t len);
 
+#define RDZV_FDS_PER_NODE 6
+/* The store's host: raises the soft RLIMIT_NOFILE towards the hard one
+ * where `nodes` nodes' connections (RDZV_FDS_PER_NODE each) need more;
+ * -EMFILE with one line naming the limit and the node count where even the
+ * hard limit is too low. */
+int rdzv_common_fd_budget(unsigned nodes, struct dptp_err *err);
 /* The agent store of node 0 (or the only node) at r->bind_addr and
  * r->master_port (a free port when r->ephemeral; r->master_port is then
  * the port taken), and its end. */

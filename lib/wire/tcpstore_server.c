@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -223,6 +224,12 @@ struct conn {
 	size_t woff;
 	uint64_t wleft;
 	size_t watchbytes;  /* legacy WATCH_KEYs: keys and list slots held for this connection */
+	/* the server's bookkeeping: its place in conns, the list of
+	 * connections with replies to send (outq), the dead ones (deadq) */
+	size_t idx;
+	uint64_t serial;    /* accept order */
+	bool queued, want_out;
+	struct conn *onext, *dnext;
 };
 
 struct dptp_tcpstore_server {
@@ -237,10 +244,14 @@ struct dptp_tcpstore_server {
 	struct map watches; /* legacy WATCH_KEY: key -> val holds an array of struct conn * */
 	struct conn **conns;
 	size_t nconns, capconns;
+	/* epoll: a step costs the connections that have something to do, not
+	 * all of them (thousands of agents' idle connections) */
+	int epfd;
+	bool lfd_on;
+	uint64_t serials;
+	struct conn *outq, *deadq;
 	struct conn *whead, *wtail; /* waiters, in arrival order */
 	double accept_pause_until;
-	struct pollfd *pfds;
-	size_t npfds;
 	/* thread */
 	pthread_t thread;
 	bool running;
@@ -401,7 +412,7 @@ static size_t conn_bytes(const struct conn *c)
  * connections hold at most half of this process's descriptors too. */
 static size_t conn_cost(const struct dptp_tcpstore_server *s, const struct peer *p)
 {
-	size_t c = heap_cost(sizeof(struct conn)) + sizeof(struct pollfd) + 2 * sizeof(struct conn *);
+	size_t c = heap_cost(sizeof(struct conn)) + sizeof(struct epoll_event) + 2 * sizeof(struct conn *);
 	return !p->trusted && s->fd_share > c ? s->fd_share : c;
 }
 
@@ -465,6 +476,8 @@ static void conn_kill(struct dptp_tcpstore_server *s, struct conn *c, bool rejec
 	if (c->dead)
 		return;
 	c->dead = true;
+	c->dnext = s->deadq;
+	s->deadq = c;
 	waiter_unlink(s, c);
 	if (rejected)
 		stat_set(&s->st_rejected, stat_get(&s->st_rejected) + 1);
@@ -519,6 +532,11 @@ static uint8_t *out_reserve(struct dptp_tcpstore_server *s, struct conn *c, size
 	}
 	uint8_t *p = c->out + c->outlen;
 	c->outlen += n;
+	if (!c->queued) {
+		c->queued = true;
+		c->onext = s->outq;
+		s->outq = c;
+	}
 	return p;
 }
 
@@ -1502,7 +1520,18 @@ static void do_accept(struct dptp_tcpstore_server *s)
 		c->fd = fd;
 		c->need = 1;
 		c->peer = p;
+		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			release(s, p, 0);
+			close(fd);
+			free(c);
+			if (errno == ENOMEM || errno == ENOSPC)
+				s->accept_pause_until = dptp_now() + 0.1;
+			return;
+		}
 		buf_take(s, c, conn_cost(s, p), "a connection"); /* passed just above */
+		c->idx = s->nconns;
+		c->serial = ++s->serials;
 		s->conns[s->nconns++] = c;
 		s->accepted++;
 		if (s->nconns > s->peak_conns)
@@ -1544,70 +1573,109 @@ static void publish_stats(struct dptp_tcpstore_server *s)
 	stat_set(&s->st_used, s->used);
 }
 
+/* Sends what each connection with replies has queued; one that would
+ * block waits for EPOLLOUT. */
+static void flush_all(struct dptp_tcpstore_server *s)
+{
+	while (s->outq) {
+		struct conn *c = s->outq;
+		s->outq = c->onext;
+		c->queued = false;
+		if (c->dead)
+			continue;
+		conn_write(s, c);
+		bool pending = !c->dead && c->outoff < c->outlen;
+		if (pending != c->want_out && !c->dead) {
+			struct epoll_event ev = {.events = EPOLLIN | (pending ? EPOLLOUT : 0), .data.ptr = c};
+			if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+				c->want_out = pending;
+			else
+				conn_kill(s, c, false);
+		}
+	}
+}
+
+static void free_dead(struct dptp_tcpstore_server *s)
+{
+	while (s->deadq) {
+		struct conn *c = s->deadq;
+		s->deadq = c->dnext;
+		struct conn *last = s->conns[--s->nconns];
+		s->conns[c->idx] = last;
+		last->idx = c->idx;
+		conn_free(s, c); /* its close() takes it out of the epoll set */
+	}
+}
+
+struct ready {
+	uint64_t serial; /* 0: the listener or the wake-up */
+	struct epoll_event ev;
+};
+
+static int cmp_ready(const void *a, const void *b)
+{
+	const struct ready *x = a, *y = b;
+	return x->serial < y->serial ? -1 : x->serial > y->serial;
+}
+
 int dptp_tcpstore_server_step(struct dptp_tcpstore_server *s, int timeout_ms, struct dptp_err *err)
 {
-	size_t need = s->nconns + 2;
-	if (need > s->npfds) {
-		struct pollfd *np = realloc(s->pfds, need * sizeof(*np));
-		if (!np)
-			return dptp_err_set(err, -ENOMEM, "tcpstore server: out of memory");
-		s->pfds = np;
-		s->npfds = need;
-	}
-	struct pollfd *p = s->pfds;
-	p[0] = (struct pollfd){.fd = s->wakefd, .events = POLLIN};
 	bool paused = dptp_now() < s->accept_pause_until;
-	p[1] = (struct pollfd){.fd = paused ? -1 : s->lfd, .events = POLLIN};
+	if (paused == s->lfd_on) {
+		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->lfd};
+		if (epoll_ctl(s->epfd, paused ? EPOLL_CTL_DEL : EPOLL_CTL_ADD, s->lfd, &ev) == 0)
+			s->lfd_on = !paused;
+	}
 	if (paused && (timeout_ms < 0 || timeout_ms > 100))
 		timeout_ms = 100;
-	for (size_t i = 0; i < s->nconns; i++) {
-		struct conn *c = s->conns[i];
-		p[i + 2] = (struct pollfd){.fd = c->fd, .events = POLLIN};
-		if (c->outoff < c->outlen)
-			p[i + 2].events |= POLLOUT;
-	}
-	size_t npoll = s->nconns + 2;
-	int r = poll(p, npoll, timeout_ms);
-	s->steps++;
+	struct epoll_event evs[256];
+	struct ready rd[256];
+	int r = epoll_wait(s->epfd, evs, DPTP_ARRAY_LEN(evs), timeout_ms);
 	if (r < 0) {
 		if (errno == EINTR)
 			return 0;
-		return dptp_err_set(err, -errno, "tcpstore server: poll: %s", strerror(errno));
+		return dptp_err_set(err, -errno, "tcpstore server: epoll_wait: %s", strerror(errno));
 	}
-	if (p[0].revents & POLLIN) {
-		uint64_t v;
-		ssize_t k = read(s->wakefd, &v, sizeof(v));
-		(void)k;
+	s->steps++;
+	/* the ready connections in the order they came (as poll(2) over the
+	 * list did): a write without a reply on one connection is served
+	 * before a read that followed it on another */
+	for (int i = 0; i < r; i++) {
+		void *p = evs[i].data.ptr;
+		rd[i].ev = evs[i];
+		rd[i].serial = p == &s->wakefd || p == &s->lfd ? 0 : ((struct conn *)p)->serial;
 	}
-	/* connections that existed before this poll; new ones are polled next step */
-	size_t n = s->nconns;
-	for (size_t i = 0; i < n; i++) {
-		struct conn *c = s->conns[i];
-		short re = p[i + 2].revents;
+	qsort(rd, (size_t)r, sizeof(rd[0]), cmp_ready);
+	bool accept = false;
+	for (int i = 0; i < r; i++) {
+		void *p = rd[i].ev.data.ptr;
+		uint32_t events = rd[i].ev.events;
+		if (p == &s->wakefd) {
+			uint64_t v;
+			ssize_t k = read(s->wakefd, &v, sizeof(v));
+			(void)k;
+			continue;
+		}
+		if (p == &s->lfd) {
+			accept = true;
+			continue;
+		}
+		struct conn *c = p;
 		if (c->dead)
 			continue;
-		if (re & (POLLIN | POLLHUP | POLLERR))
+		if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 			conn_read(s, c);
-		if (re & POLLNVAL)
-			conn_kill(s, c, false);
+		if ((events & EPOLLOUT) && !c->dead && !c->queued) {
+			c->queued = true;
+			c->onext = s->outq;
+			s->outq = c;
+		}
 	}
-	if (p[1].revents & POLLIN)
+	if (accept)
 		do_accept(s);
-	/* flush every pending reply, including the ones a wake-up queued */
-	for (size_t i = 0; i < s->nconns; i++) {
-		struct conn *c = s->conns[i];
-		if (!c->dead && c->outoff < c->outlen)
-			conn_write(s, c);
-	}
-	size_t j = 0;
-	for (size_t i = 0; i < s->nconns; i++) {
-		struct conn *c = s->conns[i];
-		if (c->dead)
-			conn_free(s, c);
-		else
-			s->conns[j++] = c;
-	}
-	s->nconns = j;
+	/* every pending reply, including the ones a wake-up queued */
+	flush_all(s);
+	free_dead(s);
 	publish_stats(s);
 	return 0;
 }
@@ -1677,6 +1745,7 @@ int dptp_tcpstore_server_create(const struct dptp_tcpstore_server_opts *opts,
 		return dptp_err_set(err, -ENOMEM, "tcpstore server: out of memory");
 	s->lfd = -1;
 	s->nlfd = -1;
+	s->epfd = -1;
 	s->diag = -1;
 	s->max_client_bytes = o.max_client_bytes ? o.max_client_bytes : DPTP_TCPSTORE_DEFAULT_CLIENT_BYTES;
 	s->lim.max_key = o.limits.max_key ? o.limits.max_key : DPTP_TCPSTORE_MAX_KEY;
@@ -1702,10 +1771,12 @@ int dptp_tcpstore_server_create(const struct dptp_tcpstore_server_opts *opts,
 	s->log_arg = o.log_arg;
 	const char *st = getenv("DPTP_STORE_STATS");
 	s->stats = st && *st && strcmp(st, "0");
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (s->wakefd < 0) {
-		int rc = dptp_err_set(err, -errno, "tcpstore server: eventfd: %s", strerror(errno));
-		free(s);
+	struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &s->wakefd};
+	if (s->epfd < 0 || s->wakefd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wakefd, &wev) < 0) {
+		int rc = dptp_err_set(err, -errno, "tcpstore server: epoll/eventfd: %s", strerror(errno));
+		dptp_tcpstore_server_destroy(s);
 		return rc;
 	}
 	int backlog = o.backlog > 0 ? o.backlog : 16384;
@@ -1772,7 +1843,8 @@ void dptp_tcpstore_server_destroy(struct dptp_tcpstore_server *s)
 	for (size_t i = 0; i < s->nconns; i++)
 		conn_free(s, s->conns[i]);
 	free(s->conns);
-	free(s->pfds);
+	if (s->epfd >= 0)
+		close(s->epfd);
 	map_clear(&s->kv);
 	map_clear(&s->queues);
 	map_clear(&s->widx);

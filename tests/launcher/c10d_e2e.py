@@ -10,10 +10,12 @@ state), and the jobs run torch's fixed-size, elastic, node-failure and
 signal paths end to end."""
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from e2e_util import check, clean_env, fail, free_port
@@ -208,6 +210,69 @@ def case_conf():
                        text=True, timeout=30)
     check(p.returncode == 1 and "The connection to the C10d store has failed" in p.stderr and time.monotonic() - t0 < 10,
           "no host: rc %d: %s" % (p.returncode, p.stderr))
+
+
+def case_scale():
+    # 128 dptp-run nodes of one worker (sleep 3 s: three heartbeat
+    # intervals) on one store. The store's traffic is counted by a proxy in
+    # front of it (tests/launcher/store_proxy.py) that every node but the
+    # store's host goes through: the writes of the rendezvous state (its
+    # COMPARE_SETs against a state read) must not grow with the nodes. In
+    # torch's protocol every node writes it at least once to join, again to
+    # close and once per heartbeat interval: over 4 x 127 writes here. With
+    # the combined join and rank 0's folded heartbeats: a few per second of
+    # the round. Also: every node ends with 0, no heartbeat warning.
+    sys.path.insert(0, HERE)
+    from store_proxy import Proxy
+    n = int(os.environ.get("DPTP_C10D_SCALE_N", "128"))
+    port = free_port()
+    conf = "keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=120"
+    outdir = tempfile.mkdtemp(prefix="c10d_scale.")
+    proxy = None
+    ps, logs = [], []
+    try:
+        for k in range(n):
+            if k == 1:
+                proxy = Proxy(port).start()
+            ep = port if k == 0 else proxy.port
+            args = [RUN, "--nnodes=%d" % n, "--nproc-per-node=1", "--rdzv-backend=c10d",
+                    "--rdzv-endpoint=127.0.0.1:%d" % ep, "--rdzv-id=scale", "--max-restarts=0",
+                    "--rdzv-conf=%s,is_host=%d" % (conf, k == 0), "--no-python", "sleep", "3"]
+            log = open(os.path.join(outdir, "n%d.log" % k), "w+")
+            logs.append(log)
+            # the host ranks last (_NodeDesc order: addr first): rank 0, who
+            # folds the heartbeats and closes, goes through the proxy
+            args.insert(1, "--local-addr=127.0.0.%d" % (2 if k == 0 else 1))
+            ps.append(subprocess.Popen(args, env=env(k), stdout=log, stderr=subprocess.STDOUT))
+            if k == 0:
+                time.sleep(0.3)  # the host's store first
+        deadline = time.monotonic() + 180
+        for p in ps:
+            try:
+                p.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                for q in ps:
+                    q.kill()
+                fail("the %d nodes did not finish within 180 s" % n)
+        texts = []
+        for log in logs:
+            log.seek(0)
+            texts.append(log.read())
+        for k, (p, t) in enumerate(zip(ps, texts)):
+            check(p.returncode == 0, "node %d: rc %d: %s" % (k, p.returncode, t[-2000:]))
+            check("heartbeat" not in t.lower(), "node %d warned about heartbeats: %s" % (k, t[-2000:]))
+        writes = proxy.cas.get("/torch.rendezvous.scale", 0)
+        print("%d nodes, %d through the proxy (%d connections): %d state writes, operations %s" % (
+            n, n - 1, proxy.connections, writes, dict(proxy.ops)))
+        check(proxy.bad is None, "the proxy could not cut a frame: %s" % proxy.bad)
+        check(proxy.ops["compare_set"] >= n - 1, "the proxy saw no constructor COMPARE_SET per node: %s" % proxy.ops)
+        check(writes <= n // 4, "%d nodes wrote the rendezvous state %d times (at most %d)" % (n - 1, writes, n // 4))
+    finally:
+        for log in logs:
+            log.close()
+        if proxy:
+            proxy.close()
+        shutil.rmtree(outdir, ignore_errors=True)
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
