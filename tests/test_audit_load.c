@@ -217,6 +217,35 @@ static void test_long_lines(void **state)
 	assert_true(arec_rep.nrecords >= 2 * 3000);
 }
 
+/* issue 30 item 7: a restart's clean attempt does not hide an earlier one's finding */
+static void test_attempts(void **state)
+{
+	(void)state;
+	char path[128];
+	for (int att = 0; att < 2; att++)
+		for (int r = 0; r < 2; r++) {
+			snprintf(path, sizeof(path), "%s/a%d.p%d.py.jsonl", arec_dir, att, 1000 + 10 * att + r);
+			FILE *f = fopen(path, "w");
+			assert_non_null(f);
+			fprintf(f, "{\"k\":\"hello\",\"rec\":\"py\",\"rank\":%d,\"world\":2,\"local_rank\":%d,\"pid\":%d,\"ppid\":1,\"worker\":true,\"host\":\"h\",\"att\":%d}\n",
+				r, r, 1000 + 10 * att + r, att);
+			fprintf(f, "{\"k\":\"world\",\"id\":\"h:29500\",\"size\":2,\"rank\":%d,\"t\":1}\n", r);
+			fprintf(f, "{\"k\":\"op\",\"op\":\"all_reduce\",\"g\":[0,1],\"gn\":0,\"seq\":1,\"n\":%d,\"site\":\"t.py:3\",\"t\":2}\n",
+				att == 0 && r == 1 ? 5 : 4);
+			fprintf(f, "{\"k\":\"end\",\"how\":\"atexit\",\"code\":0,\"records\":3,\"lost\":0,\"t\":3}\n");
+			fclose(f);
+		}
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.attempts, 2);
+	assert_int_equal(arec_rep.nw, 2);
+	assert_int_equal(arec_rep.w[0].attempt, 0);
+	assert_int_equal(arec_count(0, 'P'), 1);
+	assert_int_equal(arec_rep.w[0].f[0].attempt, 0);
+	assert_int_equal(arec_rep.w[1].attempt, 1);
+	assert_int_equal(arec_rep.w[1].nf, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -227,6 +256,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_gaps, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_sites, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_long_lines, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_attempts, arec_setup, arec_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
