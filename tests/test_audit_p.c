@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -123,8 +126,12 @@ static void test_pending(void **state)
 	memset(seqs, 0, sizeof(seqs));
 	for (int r = 0; r < 2; r++) {
 		arec_rank(r, 2);
+		arec_launcher("{\"k\":\"wstart\",\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"att\":0,\"t\":0}", r, r, 1000 + r);
 		op(r, "all_reduce", 0, 1, 0, 5, 1, true);
 	}
+	/* a helper of rank 0 that ended without an end record: its pid is no
+	 * longer this job's (no DPTP_AUDIT_DIR of this folder there) */
+	arec(3000, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":0,\"world\":2,\"local_rank\":0,\"pid\":3000,\"ppid\":1000,\"worker\":false,\"py\":false,\"img\":0,\"host\":\"h\",\"att\":0}");
 	/* rank 0 checkpoints (no collective open), rank 1 waits in the barrier */
 	op(1, "barrier", 0, 1, 0, 8, 2, false);
 	assert_int_equal(audit_analyze_pending(arec_dir, msg, sizeof(msg), pids, &npids, 16, &att), 0);
@@ -146,6 +153,29 @@ static void test_pending(void **state)
 	assert_non_null(strstr(msg, "rank 1 exited after it entered 1 all_reduce"));
 	assert_int_equal(npids, 1);
 	assert_int_equal(pids[0], 1000);
+	/* a live helper of this job (its environment names the folder) is ended too */
+	char env[128];
+	snprintf(env, sizeof(env), "DPTP_AUDIT_DIR=%s", arec_dir);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		char *const argv[] = {"sleep", "30", NULL}, *const envp[] = {env, NULL};
+		execve("/bin/sleep", argv, envp);
+		_exit(127);
+	}
+	arec((int)child, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":0,\"world\":2,\"local_rank\":0,\"pid\":%d,\"ppid\":1000,\"worker\":false,\"py\":false,\"img\":0,\"host\":\"h\",\"att\":0}",
+		(int)child);
+	bool seen = false;
+	for (int tries = 0; tries < 200 && !seen; tries++) { /* until the exec is done */
+		assert_int_equal(audit_analyze_pending(arec_dir, msg, sizeof(msg), pids, &npids, 16, &att), 1);
+		for (size_t i = 0; i < npids; i++)
+			seen |= pids[i] == child;
+		if (!seen)
+			usleep(10000);
+	}
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	assert_true(seen);
 }
 
 /* issue 30 item 4: a rank that leaves by os._exit (no atexit) or a signal

@@ -2,10 +2,12 @@
 #include "audit/analyze/model.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- one world ------------------------------------------------------- */
 
@@ -490,6 +492,27 @@ void audit_report_release(struct audit_report *r)
 
 /* ---- the hang watch -------------------------------------------------------- */
 
+/* Is pid still a process of this audit (its environment names the folder)?
+ * A process that ended without an end record may have left its pid to
+ * another program. */
+static bool still_ours(pid_t pid, const char *dir)
+{
+	char path[64], buf[65536], want[4200];
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	int w = snprintf(want, sizeof(want), "DPTP_AUDIT_DIR=%s", dir);
+	for (ssize_t i = 0; i + w <= n; i += (ssize_t)strnlen(buf + i, (size_t)(n - i)) + 1)
+		if (!memcmp(buf + i, want, (size_t)w) && (i + w == n || buf[i + w] == '\0'))
+			return true;
+	return false;
+}
+
 int audit_analyze_pending(const char *dir, char *msg, size_t len, pid_t *pids, size_t *npids, size_t maxpids,
 			  int *attempt)
 {
@@ -527,9 +550,13 @@ int audit_analyze_pending(const char *dir, char *msg, size_t len, pid_t *pids, s
 	}
 	if (off >= 2 && len > off && !strcmp(msg + off - 2, "; "))
 		msg[off - 2] = '\0';
-	for (size_t i = 0; rc == 0 && i < j.np && *npids < maxpids; i++)
-		if (j.p[i].att == j.maxatt && !j.p[i].ended && !j.p[i].wexit && (j.p[i].py || j.p[i].c || j.p[i].wstart))
-			pids[(*npids)++] = j.p[i].pid;
+	/* the launcher's workers, and the processes they started still running */
+	for (size_t i = 0; rc == 0 && i < j.np && *npids < maxpids; i++) {
+		const struct a_proc *p = &j.p[i];
+		if (p->att == j.maxatt && !p->ended && !p->wexit &&
+		    (p->wstart || ((p->py || p->c) && still_ours(p->pid, dir))))
+			pids[(*npids)++] = p->pid;
+	}
 	job_release(&j);
 	if (rc < 0)
 		return rc;
