@@ -184,16 +184,11 @@ static int announce_node(struct rendezvous *r, unsigned restart, struct dptp_err
  * for every dptp-run node's record of this one first (keys[0] is scratch). */
 static int wait_last_records(struct rendezvous *r, unsigned restart, char **keys, struct dptp_err *err)
 {
-	for (unsigned i = 0; i < r->opts->max_nodes; i++) {
-		if (!r->was_dptp[i])
-			continue;
-		snprintf(keys[0], 96, "dptp/%u/node/%u", restart, i);
-		const char *k1[] = {keys[0]};
-		int rc = wait_nodes(r, restart, k1, 1, err);
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
+	size_t nk = 0;
+	for (unsigned i = 0; i < r->opts->max_nodes; i++)
+		if (r->was_dptp[i])
+			snprintf(keys[nk++], 96, "dptp/%u/node/%u", restart, i);
+	return nk ? wait_nodes(r, restart, (const char *const *)keys, nk, err) : 0;
 }
 
 /* Node 0 assigns the ranks once every role_info is in (and says so); the
@@ -207,7 +202,13 @@ static int agree_ranks(struct rendezvous *r, unsigned restart, bool node0_dptp, 
 	if (me == 0) {
 		for (unsigned i = 0; i < n; i++)
 			snprintf(keys[i], 96, RDZV_RI_PREFIX "%u", i);
-		if ((rc = wait_nodes(r, restart, (const char *const *)keys, n, err)) < 0 ||
+		if ((rc = wait_nodes(r, restart, (const char *const *)keys, n, err)) < 0)
+			return rc;
+		/* every record preceded its node's role_info: the table first */
+		for (unsigned i = 0; i < n; i++)
+			snprintf(keys[i], 96, "dptp/%u/node/%u", restart, i);
+		snprintf(key, sizeof(key), "dptp/%u/nodes", restart);
+		if ((rc = rdzv_common_publish_nodes(r, r->ext, (const char *const *)keys, n, key, err)) < 0 ||
 		    (rc = rdzv_common_node0_assign(r, r->agent, n, restart > 0, err)) < 0)
 			return rc;
 		snprintf(key, sizeof(key), "dptp/%u/assigned", restart);
@@ -225,21 +226,46 @@ static int agree_ranks(struct rendezvous *r, unsigned restart, bool node0_dptp, 
 	return rc;
 }
 
-/* This node's assigned ranks, checked: a forged assignment must not hand
- * the workers a world of 65538. */
+/* This node's assigned ranks, parsed (checked by the caller: a forged
+ * assignment must not hand the workers a world of 65538). */
 static int read_ranks(struct rendezvous *r, unsigned rk[4], struct dptp_err *err)
 {
-	unsigned me = r->opts->node_rank, n = r->opts->max_nodes;
 	struct dptp_tcpstore_buf mine = {0};
 	char key[256];
 	int rc;
 
-	snprintf(key, sizeof(key), RDZV_AR_PREFIX "%u", me);
-	if ((rc = dptp_tcpstore_client_get(r->agent, key, &mine, err)) >= 0 &&
-	    (rc = rdzv_common_parse_ranks(&mine, rk, err)) >= 0)
-		rc = rdzv_common_check_ranks(r, r->ext, me, n, rk, err);
+	snprintf(key, sizeof(key), RDZV_AR_PREFIX "%u", r->opts->node_rank);
+	if ((rc = dptp_tcpstore_client_get(r->agent, key, &mine, err)) >= 0)
+		rc = rdzv_common_parse_ranks(&mine, rk, err);
 	free(mine.data);
 	return rc;
+}
+
+/* Node 0's table of the nodes (a dptp-run node 0 writes it before it
+ * assigns the ranks): out->nodes, or out->mixed. The ranks are checked
+ * against the records (fill_nodes), and in a mixed job against every
+ * role_info. 1: no table (node 0 is not a dptp-run). */
+static int read_table(struct rendezvous *r, unsigned restart, const unsigned rk[4], struct rdzv_info *out,
+	struct dptp_err *err)
+{
+	unsigned me = r->opts->node_rank, n = r->opts->max_nodes;
+	char key[64];
+	bool there = false;
+	const char *k1[] = {key};
+	snprintf(key, sizeof(key), "dptp/%u/nodes", restart);
+	DPTP_TRY(dptp_tcpstore_client_check(r->ext, k1, 1, &there, err));
+	if (!there)
+		return 1;
+	bool learn = restart == 0 || !r->was_dptp;
+	if (learn) {
+		free(r->was_dptp);
+		if (!(r->was_dptp = calloc(n, sizeof(bool))))
+			return dptp_err_set(err, -ENOMEM, "out of memory");
+	}
+	DPTP_TRY(rdzv_common_read_published(r, r->ext, key, n, me, out, learn ? r->was_dptp : NULL, err));
+	if (out->mixed)
+		return rdzv_common_check_ranks(r, r->ext, me, n, rk, err);
+	return 0;
 }
 
 /* Is every node a dptp-run? (Their records, keys, precede their role_info,
@@ -310,7 +336,14 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 
 	rdzv_common_info_set_ranks(out, me, n, rk);
 	fill_common(r, restart, out);
-
+	if ((rc = read_table(r, restart, rk, out, err)) <= 0) {
+		if (rc == 0 && out->nodes)
+			snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%u", r->nodes[0].pid, restart);
+		goto out;
+	}
+	/* node 0 is not a dptp-run */
+	if ((rc = rdzv_common_check_ranks(r, r->ext, me, n, rk, err)) < 0)
+		goto out;
 	for (unsigned i = 0; i < n; i++)
 		snprintf(keys[i], 96, "dptp/%u/node/%u", restart, i);
 	if ((rc = all_dptp(r, restart, keys, &all, err)) < 0)

@@ -960,9 +960,9 @@ def case_forged_c10d():
                                           "keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=30"],
                         want, before=peer, timeout=60)
         # the node count itself: more than the state can hold
-        forged_node(case, tmp, "--nnodes 1:2000", ["--nnodes=1:2000", "--rdzv-backend=c10d",
+        forged_node(case, tmp, "--nnodes 1:9000", ["--nnodes=1:9000", "--rdzv-backend=c10d",
                                                    "--rdzv-endpoint=127.0.0.1:%d" % free_port()],
-                    r"--nnodes=1:2000: the c10d rendezvous state holds at most 1024 nodes", timeout=20)
+                    r"--nnodes=1:9000: the c10d rendezvous state holds at most 8192 nodes", timeout=20)
 
 
 def reap_nodes(case, ps, tag, t0):
