@@ -1,5 +1,6 @@
 /* Unit tests of dptp-run's command line, template substitution and failure
  * report (launcher/cli/run_opts.c, agent/env.c, output/failure.c). */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -345,6 +346,43 @@ static void test_launcher_env_untouched(void **state)
 	free(buf);
 }
 
+/* --audit's options as parsed: the world known at start (a fixed node
+ * count, more than one worker), --audit-keep; bad values refused by
+ * audit_create before the job, naming the value */
+static void test_audit_opts(void **state)
+{
+	struct run_opts o;
+	struct audit *a = NULL;
+	struct dptp_err err = {0};
+	const char *fixed[] = {"--nnodes", "2", "--nproc-per-node", "3", "--audit", "--audit-keep", "--audit-hang", "0",
+		"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "x.py", NULL};
+	const char *elastic[] = {"--nnodes", "1:2", "--nproc-per-node", "3", "--audit", "--rdzv-backend", "c10d",
+		"--rdzv-endpoint", "h:1", "x.py", NULL};
+	const char *one[] = {"--audit", "--audit-layout", "2x1x2", "x.py", NULL};
+	(void)state;
+	assert_int_equal(parse(&o, fixed), RUN_OPTS_OK);
+	assert_true(o.audit_opts.on && o.audit_opts.keep);
+	assert_int_equal(o.audit_opts.world, 6);
+	assert_string_equal(o.audit_opts.hang, "0");
+	o.audit_opts.layout = "2x1x2";
+	assert_int_equal(audit_create(&a, &o.audit_opts, &err), -EINVAL);
+	assert_null(a);
+	assert_string_equal(err.msg, "--audit-layout '2x1x2' is 4 ranks; the job's world is 6 (nnodes x nproc-per-node)");
+	o.audit_opts.layout = "4294967302x1x1"; /* 6 after a 32-bit wrap */
+	assert_int_equal(audit_create(&a, &o.audit_opts, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "'4294967302x1x1': expected DPxPPxTP in decimal"));
+	o.audit_opts.layout = "6x+1x1";
+	assert_int_equal(audit_create(&a, &o.audit_opts, &err), -EINVAL);
+	run_opts_release(&o);
+	assert_int_equal(parse(&o, elastic), RUN_OPTS_OK);
+	assert_int_equal(o.audit_opts.world, 0); /* elastic: not known at start */
+	run_opts_release(&o);
+	/* one worker may start its own ranks (mp.spawn): any layout */
+	assert_int_equal(parse(&o, one), RUN_OPTS_OK);
+	assert_int_equal(o.audit_opts.world, 0);
+	run_opts_release(&o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -363,6 +401,7 @@ int main(void)
 		cmocka_unit_test(test_template),
 		cmocka_unit_test(test_error_json),
 		cmocka_unit_test(test_report),
+		cmocka_unit_test(test_audit_opts),
 	};
 	sink = fopen("/dev/null", "w");
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1101,6 +1101,7 @@ static int job_end(struct job *j, int status)
 		close(j->rdzv_sigfd);
 	phase("finalized");
 	if (status < 0) { /* torch had no handler yet: the signal's own end */
+		audit_abandon(j->o->audit); /* no report follows: its temporary folder goes */
 		sigset_t one;
 		signal(-status, SIG_DFL);
 		sigemptyset(&one);

@@ -553,7 +553,7 @@ static void *watch(void *arg)
 			a->nhangs++;
 			snprintf(a->hang_msg, sizeof(a->hang_msg), "%s", msg);
 			fprintf(stderr, "dptp-run --audit: no rank progressed for %g s: %s; ending the job\n", hang_bound(a), msg);
-			char esc[2 * sizeof(msg)];
+			char esc[1800]; /* fits lrec's line */
 			json_buf(esc, sizeof(esc), msg);
 			lrec(a, "{\"k\":\"hang\",\"att\":%d,\"t\":%.6f,\"bound\":%g,\"msg\":\"%s\"}", att, now, hang_bound(a), esc);
 			end_attempt(a, pids, npids);
@@ -1170,6 +1170,18 @@ int audit_finish(struct audit *a, int job_status, FILE *errs)
 		status = v.v == V_FAIL ? 1 : v.v == V_INCOMPLETE ? 5 : 0;
 	audit_report_release(&rep);
 	return status;
+}
+
+void audit_abandon(struct audit *a)
+{
+	if (!a)
+		return;
+	stop_watch(a);
+	if (removed(a))
+		dptp_rm_tree(a->own_dir);
+	free(a->own_dir);
+	a->own_dir = NULL;
+	a->dir[0] = '\0';
 }
 
 void audit_destroy(struct audit *a)

@@ -44,6 +44,10 @@ void audit_worker_exited(struct audit *a, int rank, pid_t pid, unsigned att, int
  * when non-zero, else 1 with a finding, else 5 when the records are
  * incomplete, else 0. */
 int audit_finish(struct audit *a, int job_status, FILE *errs);
+/* The launcher dies of a signal before any report: the records'
+ * temporary folder goes now (unless --audit-keep); audit_finish() then has
+ * nothing to report. */
+void audit_abandon(struct audit *a);
 /* Removes the temporary records folder (unless --audit-keep). */
 void audit_destroy(struct audit *a);
 

@@ -9,10 +9,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = os.path.abspath(sys.argv[1])
@@ -161,6 +163,21 @@ def case_records():
     rep = json.loads(so)
     if rep["records_dir"] != m.group(1):
         fail("--audit-format json on stdout: %s" % so)
+    shutil.rmtree(m.group(1))
+    # a death signal while the launcher waits for its rendezvous (no report
+    # follows): the temporary folder goes all the same
+    env = dict(os.environ, TMPDIR=TMP)
+    p = subprocess.Popen([RUN, "--audit", "--nnodes", "2", "--node-rank", "0", "--master-port", str(free_port()),
+                          "--no-python", "true"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for _ in range(200):
+        if [n for n in os.listdir(TMP) if n.startswith("dptp_audit_")] or p.poll() is not None:
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=60)
+    left = [n for n in os.listdir(TMP) if n.startswith("dptp_audit_")]
+    if left:
+        fail("SIGTERM during the rendezvous left %s" % left)
 
 
 def case_static():
