@@ -9,10 +9,10 @@ usage: bench/c10d_scale.py [--build build] [--sizes 64,128,256]
                            [--torchrun PATH|none] [--timeout 300]
                            [--mixed 128] [--nproc 128] [--stats] [--json FILE]
 
---mixed N: also a round of N-1 dptp-run agents and one torchrun agent, and
-  one of N-1 torchrun agents and one dptp-run agent (the dptp-run or the
-  torchrun agent hosts the store, as the first to start), next to the
-  all-dptp-run round of N.
+--mixed N: next to the all-dptp-run round of N, a round of N-1 dptp-run
+  agents (the first hosts the store) and one torchrun agent, and one where
+  a torchrun agent hosts the store for N-1 dptp-run agents;
+  --mixed-torchrun-heavy adds one dptp-run host with N-1 torchrun agents.
 --nproc N: one agent of N workers (`--nproc-per-node N --no-python
   /bin/true`, static, one node), dptp-run and torchrun.
 --stats: DPTP_RDZV_STATS=1 / DPTP_STORE_STATS=1: every dptp-run agent's
@@ -162,6 +162,8 @@ def main():
     ap.add_argument("--torchrun-sizes", default=None, help="sizes for torchrun (default: --sizes)")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--mixed", type=int, default=0)
+    ap.add_argument("--mixed-torchrun-heavy", action="store_true",
+                    help="with --mixed: also 1 dptp-run (the host) and N-1 torchrun agents")
     ap.add_argument("--nproc", type=int, default=0)
     ap.add_argument("--stats", action="store_true")
     ap.add_argument("--json", default=None)
@@ -197,10 +199,12 @@ def main():
                 print("        stats: " + json.dumps(res["dptp_run"][-1].get("stats", {})), flush=True)
         if a.mixed and tr:
             n = a.mixed
-            for name, kinds in (("all dptp-run", ["dptp"] * n),
-                                ("%d dptp-run + 1 torchrun" % (n - 1), ["dptp"] * (n - 1) + ["torchrun"]),
-                                ("1 dptp-run + %d torchrun" % (n - 1), ["dptp"] + ["torchrun"] * (n - 1)),
-                                ("torchrun host + %d dptp-run" % (n - 1), ["torchrun"] + ["dptp"] * (n - 1))):
+            rounds = [("all dptp-run", ["dptp"] * n),
+                      ("dptp-run host + %d dptp-run + 1 torchrun" % (n - 2), ["dptp"] * (n - 1) + ["torchrun"]),
+                      ("torchrun host + %d dptp-run" % (n - 1), ["torchrun"] + ["dptp"] * (n - 1))]
+            if a.mixed_torchrun_heavy:
+                rounds.append(("dptp-run host + %d torchrun" % (n - 1), ["dptp"] + ["torchrun"] * (n - 1)))
+            for name, kinds in rounds:
                 r = run_round(kinds, exes, a.timeout, False, tmp)
                 r["name"] = name
                 res["mixed"].append(r)

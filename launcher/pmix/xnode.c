@@ -15,7 +15,7 @@
 #include "log/glog.h"
 #include "wire/tcpstore.h"
 
-enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT, X_HB, X_PWAIT, X_PGET };
+enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT, X_HB, X_PADD, X_PWAIT, X_PGET };
 
 struct xop {
 	int fd;
@@ -561,20 +561,39 @@ static int workers_all_done(struct xnode *x, struct xop *o)
 	return STEP_DONE;
 }
 
-/* X_PWAIT: every other node published its workers' pids: read them all. */
+/* The workers' pids of every node: each node APPENDs "<node> <pid>...\n" to
+ * <prefix>pids and ADDs 1 to <prefix>pids_n, the node that brings it to
+ * the node count sets <prefix>pids_done, and every node WAITs for that and
+ * reads the one value: O(1) keys per node (each reading every node's key
+ * was O(N) keys per node, N^2 on the store's host). */
+
+/* X_PADD: the count after ours; the last node says done; all wait for it. */
+static int pids_counted(struct xnode *x, struct xop *o)
+{
+	char key[256];
+	if (o->inlen < 8)
+		return STEP_MORE;
+	uint64_t n = dptp_le64_get(o->in);
+	in_drop(o, 8);
+	snprintf(key, sizeof(key), "%spids_done", x->prefix);
+	if (n == x->nnodes && frame_set(o, key, "1", 1) < 0)
+		return -ENOMEM;
+	if (frame_wait(o, key) < 0)
+		return -ENOMEM;
+	o->st = X_PWAIT;
+	return STEP_NEXT;
+}
+
+/* X_PWAIT: every node published its workers' pids: read them. */
 static int get_pids(struct xnode *x, struct xop *o)
 {
 	char key[256];
 	if (o->inlen < 1)
 		return STEP_MORE;
 	in_drop(o, 1);
-	if (put_u8(o, DPTP_TCPSTORE_MULTI_GET) || put_u64(o, x->nnodes))
+	snprintf(key, sizeof(key), "%spids", x->prefix);
+	if (put_u8(o, DPTP_TCPSTORE_GET) || put_str(o, key, strlen(key)))
 		return -ENOMEM;
-	for (unsigned k = 0; k < x->nnodes; k++) {
-		snprintf(key, sizeof(key), "%spids/%u", x->prefix, k);
-		if (put_str(o, key, strlen(key)) < 0)
-			return -ENOMEM;
-	}
 	o->st = X_PGET;
 	return STEP_NEXT;
 }
@@ -582,22 +601,25 @@ static int get_pids(struct xnode *x, struct xop *o)
 /* X_PGET: the other nodes' worker pids, to the local server. */
 static int pids_read(struct xnode *x, struct xop *o)
 {
-	size_t off = 0;
-	int got = mget_reply(o, x->nnodes, NULL);
+	int got = mget_reply(o, 1, NULL);
 	if (got <= 0)
 		return got;
-	for (unsigned k = 0; k < x->nnodes; k++) {
-		uint64_t l = dptp_le64_get(o->in + off);
-		char *v = strndup((const char *)o->in + off + 8, l), *p = v, *end;
-		for (unsigned i = 0; v && k != x->me && i < x->nodes[k].nproc; i++, p = end) {
+	uint64_t l = dptp_le64_get(o->in);
+	char *v = strndup((const char *)o->in + 8, l), *line = v;
+	while (line && *line) {
+		char *nl = strchr(line, '\n'), *p, *end;
+		if (nl)
+			*nl = 0;
+		unsigned long k = strtoul(line, &p, 10);
+		for (unsigned i = 0; p != line && k < x->nnodes && k != x->me && i < x->nodes[k].nproc; i++, p = end) {
 			long pid = strtol(p, &end, 10);
 			if (end == p || pid <= 0 || pid > INT32_MAX)
 				break;
 			pmix_srv_remote_pid(x->srv, x->nodes[k].base + i, (pid_t)pid);
 		}
-		free(v);
-		off += 8 + l;
+		line = nl ? nl + 1 : NULL;
 	}
+	free(v);
 	return STEP_DONE;
 }
 
@@ -702,6 +724,7 @@ static int (*const steps[])(struct xnode *x, struct xop *o) = {
 	[X_DADD] = workers_done_counted,
 	[X_DWAIT] = workers_all_done,
 	[X_HB] = heartbeats_read,
+	[X_PADD] = pids_counted,
 	[X_PWAIT] = get_pids,
 	[X_PGET] = pids_read,
 };
@@ -946,38 +969,33 @@ void xnode_dmodex_answer(struct xnode *x, void *token, bool found, const void *d
 
 void xnode_publish_pids(struct xnode *x, const pid_t *pids, unsigned n)
 {
-	char key[192], *v = malloc((size_t)n * 12 + 1);
+	char key[192], *v = malloc((size_t)n * 12 + 24);
 	struct xop *o;
 	size_t off = 0;
 	if (!x || !x->serve || !v) {
 		free(v);
 		return;
 	}
-	v[0] = '\0';
+	off = (size_t)snprintf(v, 24, "%u", x->me);
 	for (unsigned i = 0; i < n; i++)
-		off += (size_t)snprintf(v + off, (size_t)n * 12 + 1 - off, "%s%d", i ? " " : "", (int)pids[i]);
-	snprintf(key, sizeof(key), "%spids/%u", x->prefix, x->me);
-	/* SET has no reply: it can follow the pending WAIT on the queue */
-	if (frame_set(x->serve, key, v, off) < 0)
-		xlog("out of memory publishing this node's pids");
-	free(v);
+		off += (size_t)snprintf(v + off, (size_t)n * 12 + 24 - off, " %d", (int)pids[i]);
+	v[off++] = '\n';
 	o = op_new(x, 0);
-	if (!o)
+	if (!o) {
+		free(v);
 		return;
-	if (put_u8(o, DPTP_TCPSTORE_WAIT) || put_u64(o, x->nnodes)) {
+	}
+	snprintf(key, sizeof(key), "%spids", x->prefix);
+	int rc = put_u8(o, DPTP_TCPSTORE_APPEND) || put_str(o, key, strlen(key)) || put_str(o, v, off);
+	snprintf(key, sizeof(key), "%spids_n", x->prefix);
+	rc = rc || put_u8(o, DPTP_TCPSTORE_ADD) || put_str(o, key, strlen(key)) || put_u64(o, 1);
+	free(v);
+	if (rc) {
 		x->nops--;
 		op_free(o);
 		return;
 	}
-	for (unsigned k = 0; k < x->nnodes; k++) {
-		snprintf(key, sizeof(key), "%spids/%u", x->prefix, k);
-		if (put_str(o, key, strlen(key)) < 0) {
-			x->nops--;
-			op_free(o);
-			return;
-		}
-	}
-	o->st = X_PWAIT;
+	o->st = X_PADD;
 }
 
 void xnode_finish(struct xnode *x, double timeout)

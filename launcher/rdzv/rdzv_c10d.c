@@ -964,6 +964,10 @@ static int c10d_start(struct rendezvous *r, struct dptp_err *err)
 	if (host_it) {
 		struct dptp_tcpstore_server_opts so = {.host = NULL, .port = (uint16_t)port};
 		struct dptp_err e = {0};
+		/* the budget grows with the nodes: each reads the state, O(N)
+		 * bytes, at about the same moment (DPTP_STORE_MAX_BYTES rules) */
+		if (!getenv("DPTP_STORE_MAX_BYTES") && o->max_nodes > 256)
+			so.max_total_bytes = DPTP_TCPSTORE_DEFAULT_TOTAL_BYTES + (size_t)o->max_nodes * 512 * 1024;
 		if (dptp_tcpstore_server_create(&so, &r->server, &e) == 0 && dptp_tcpstore_server_start(r->server, &e) == 0) {
 			info(r, "Process %d hosts the TCP store for the C10d rendezvous backend.", (int)getpid());
 		} else {
