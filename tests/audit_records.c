@@ -31,6 +31,7 @@ int arec_teardown(void **state)
 	return 0;
 }
 
+__attribute__((format(printf, 2, 0)))
 static void append(const char *name, const char *fmt, va_list ap)
 {
 	char path[128];
