@@ -142,8 +142,9 @@ static void test_gaps(void **state)
 	assert_non_null(f);
 	fputs("{\"k\":\"op\",\"op\":\"all_re", f);
 	fclose(f);
-	/* rank 2: records lost; rank 3: the cap */
+	/* rank 2: records lost, and a torn line the next record ended */
 	arec_rank(2, 4);
+	arec(1002, "py", "{\"k\":\"op\",\"op\":\"all_re");
 	arec(1002, "py", "{\"k\":\"end\",\"how\":\"atexit\",\"code\":0,\"records\":9,\"lost\":7,\"t\":99}");
 	arec_rank(3, 4);
 	arec(1003, "py", "{\"k\":\"cap\",\"max\":200000,\"t\":5}");
@@ -161,6 +162,7 @@ static void test_gaps(void **state)
 	assert_true(arec_gap(0, "records of pid 1001 truncated"));
 	assert_true(arec_gap(0, "pid 1001 (rank 1) has no end record"));
 	assert_true(arec_gap(0, "pid 1002 lost 7 records"));
+	assert_true(arec_gap(0, "pid 1002 wrote 1 unreadable record "));
 	assert_true(arec_gap(0, "record cap (200000)"));
 	assert_true(arec_gap(0, "did not load in pid 1003 after an exec of /opt/py/bin/python3"));
 	assert_true(arec_rep.w[0].capped);

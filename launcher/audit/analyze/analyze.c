@@ -280,6 +280,9 @@ static int proc_gaps(struct st *s, const struct a_proc *p, int rank, bool member
 	if (rc == 0 && p->torn)
 		rc = add_gap(s, rank, p->pid, "records of pid %d truncated (a torn last line: a full disk, or killed mid-write)",
 			(int)p->pid);
+	if (rc == 0 && p->bad > 0)
+		rc = add_gap(s, rank, p->pid, "pid %d wrote %zu unreadable record%s (a torn line: a full disk or a short write)",
+			(int)p->pid, p->bad, p->bad == 1 ? "" : "s");
 	if (rc == 0 && p->lost > 0)
 		rc = add_gap(s, rank, p->pid, "pid %d lost %lld records (a full disk, an I/O error or a short write)", (int)p->pid,
 			(long long)p->lost);

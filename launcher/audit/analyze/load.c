@@ -505,6 +505,8 @@ static int proc_line(void *arg, const char *line, size_t len, size_t ord)
 	int rc = 0;
 	if (dptp_audit_rec_parse(line, len, &rec) == 0)
 		rc = on_record(c->j, c->proc, c->py, &rec, ord);
+	else
+		c->j->p[c->proc].bad++;
 	dptp_audit_rec_release(&rec);
 	return rc;
 }

@@ -121,6 +121,7 @@ struct a_proc {
 	int n_py_hello, n_c_py_image; /* Python hellos; images the C recorder saw as Python (an exec makes one more) */
 	bool ended;        /* an end or exit record */
 	bool torn;         /* a torn last line */
+	size_t bad;        /* lines that are no record (a short write's torn line, ended by the next) */
 	bool capped;
 	int64_t lost, cap_max;
 	char flags[8];
