@@ -692,20 +692,38 @@ static int join_sites(struct job *j)
 	return 0;
 }
 
-/* the process whose world a helper process's records belong to */
-static int owner_of(struct job *j, int pi)
+static int cmp_proc(const void *a, const void *b, void *arg)
+{
+	const struct a_proc *p = arg, *x = &p[*(const int *)a], *y = &p[*(const int *)b];
+	if (x->att != y->att)
+		return x->att < y->att ? -1 : 1;
+	return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+/* the index of process (att, pid) in by (sorted by cmp_proc), -1 none */
+static int find_proc(const struct job *j, const int *by, int att, pid_t pid)
+{
+	size_t lo = 0, hi = j->np;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		const struct a_proc *p = &j->p[by[mid]];
+		if (p->att < att || (p->att == att && p->pid < pid))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < j->np && j->p[by[lo]].att == att && j->p[by[lo]].pid == pid ? by[lo] : -1;
+}
+
+/* the process whose world a helper process's records belong to: itself or
+ * its nearest ancestor with one */
+static int owner_of(const struct job *j, const int *by, int pi)
 {
 	for (int hop = 0; pi >= 0 && hop < 64; hop++) {
 		const struct a_proc *p = &j->p[pi];
 		if (p->nw || p->home_w >= 0)
 			return pi;
-		int up = -1;
-		for (size_t k = 0; k < j->np && p->ppid > 0; k++)
-			if (j->p[k].att == p->att && j->p[k].pid == p->ppid) {
-				up = (int)k;
-				break;
-			}
-		pi = up;
+		pi = p->ppid > 0 ? find_proc(j, by, p->att, p->ppid) : -1;
 	}
 	return -1;
 }
@@ -769,7 +787,18 @@ static int place(struct job *j)
 				j->p[i].home_w = w;
 	}
 	for (size_t i = 0; i < j->np; i++)
-		j->p[i].owner = owner[i] = owner_of(j, (int)i);
+		owner[i] = (int)i;
+	if (j->np > 1)
+		qsort_r(owner, j->np, sizeof(*owner), cmp_proc, j->p);
+	int *by = owner;
+	if (!(owner = malloc((j->np + 1) * sizeof(*owner)))) {
+		free(nccl);
+		free(by);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < j->np; i++)
+		j->p[i].owner = owner[i] = owner_of(j, by, (int)i);
+	free(by);
 	for (size_t i = 0; i < j->nres; i++)
 		resolve(j, owner[j->res[i].proc], j->res[i].t, &j->res[i].world, &j->res[i].rank);
 	for (size_t i = 0; i < j->ngpu; i++)
