@@ -134,21 +134,19 @@ static int nccl_ops(struct st *s)
 	return rc;
 }
 
-struct opkey {
-	int gid, rank, pos;
-	size_t i;
-};
-
-static int cmp_opkey(const void *a, const void *b)
+/* by (group, rank, pos), then load order */
+static int cmp_byg(const void *a, const void *b, void *arg)
 {
-	const struct opkey *x = a, *y = b;
+	const struct a_op *op = arg;
+	size_t i = *(const size_t *)a, k = *(const size_t *)b;
+	const struct a_op *x = &op[i], *y = &op[k];
 	if (x->gid != y->gid)
 		return x->gid < y->gid ? -1 : 1;
 	if (x->rank != y->rank)
 		return x->rank < y->rank ? -1 : 1;
 	if (x->pos != y->pos)
 		return x->pos < y->pos ? -1 : 1;
-	return (x->i > y->i) - (x->i < y->i);
+	return (i > k) - (i < k);
 }
 
 static int index_ops(struct st *s)
@@ -163,11 +161,8 @@ static int index_ops(struct st *s)
 	s->byg = malloc((j->nop + 1) * sizeof(*s->byg));
 	s->gstart = calloc(j->ng + 1, sizeof(*s->gstart));
 	s->gend = calloc(j->ng + 1, sizeof(*s->gend));
-	struct opkey *k = malloc((j->nop + 1) * sizeof(*k));
-	if (!s->wops || !s->byg || !s->gstart || !s->gend || !k) {
-		free(k);
+	if (!s->wops || !s->byg || !s->gstart || !s->gend)
 		return -ENOMEM;
-	}
 	s->nwops = 0;
 	for (size_t i = 0; i < j->nop; i++) {
 		const struct a_op *o = &j->op[i];
@@ -175,18 +170,17 @@ static int index_ops(struct st *s)
 			continue;
 		s->wops[s->nwops++] = i;
 		if (o->pos >= 0)
-			k[n++] = (struct opkey){o->gid, o->rank, o->pos, i};
+			s->byg[n++] = i;
 	}
 	if (n > 1)
-		qsort(k, n, sizeof(*k), cmp_opkey);
+		qsort_r(s->byg, n, sizeof(*s->byg), cmp_byg, j->op);
 	for (size_t i = 0; i < n; i++) {
-		s->byg[i] = k[i].i;
-		if (!i || k[i].gid != k[i - 1].gid)
-			s->gstart[k[i].gid] = i;
-		s->gend[k[i].gid] = i + 1;
+		int gid = j->op[s->byg[i]].gid;
+		if (!i || gid != j->op[s->byg[i - 1]].gid)
+			s->gstart[gid] = i;
+		s->gend[gid] = i + 1;
 	}
 	s->nbyg = n;
-	free(k);
 	return 0;
 }
 
