@@ -1,6 +1,9 @@
-# dptp-run --audit puts this folder first on the workers' PYTHONPATH: the
-# recorder starts (dptp_audit_rec.py), then the sitecustomize this one
-# hides (Debian's, a virtualenv's) runs as it would have.
+# dptp-run --audit puts this folder first on PYTHONPATH: every Python process
+# of the job (the workers and whatever they start) runs the recorder
+# (dptp_audit_rec.py), then the sitecustomize this one hides (Debian's, a
+# virtualenv's) as it would have. Only modules already loaded at startup are
+# used here (no importlib.util): the program's sys.modules gains the
+# recorder's own name and nothing else.
 import os as _os
 import sys as _sys
 
@@ -16,14 +19,15 @@ finally:
 
 
 def _chain():
-    import importlib.util
+    import _frozen_importlib as _bs
+    import _frozen_importlib_external as _bse
     del _sys.modules["sitecustomize"]
     try:
-        spec = importlib.util.find_spec("sitecustomize")
+        spec = _bse.PathFinder.find_spec("sitecustomize", _sys.path)
     except Exception:
         spec = None
     if spec is not None and spec.origin and _os.path.dirname(_os.path.realpath(spec.origin)) != _here:
-        mod = importlib.util.module_from_spec(spec)
+        mod = _bs.module_from_spec(spec)
         _sys.modules["sitecustomize"] = mod
         spec.loader.exec_module(mod)
 

@@ -1,20 +1,38 @@
-# The Python recorder against a stand-in torch.distributed.distributed_c10d
-# (no torch needed): collectives decorated as torch 2.x decorates them
-# (functools.wraps) are wrapped too, a call is recorded with its group, root,
-# size and site, and the original still runs.
+# The Python recorder against a stand-in torch.distributed (no torch needed):
+# collectives decorated as torch 2.x decorates them (functools.wraps) are
+# wrapped too; a call is recorded at entry (op: group, root, size, site) and
+# at return (done, err when it raised), and the original still runs; torch
+# 2.x's functional collectives with each form of their group argument; CUDA
+# IPC sites keyed by the handle's hash; the
+# record cap and its per-group counts; a record descriptor the program closed
+# and reused, and a full disk; a forked child's own file; groups held weakly.
 # usage: recorder_unit.py RECORDER_DIR OUT_DIR
 import functools
+import gc
 import json
 import os
 import sys
 import types
+import weakref
 
 sys.path.insert(0, sys.argv[1])
 import dptp_audit_rec as rec  # noqa: E402
 
 out = sys.argv[2]
 os.environ.update(DPTP_AUDIT_DIR=out, DPTP_AUDIT_PPID=str(os.getppid()), RANK="1", WORLD_SIZE="2")
+os.environ.pop("TORCHELASTIC_RESTART_COUNT", None)
+os.environ.pop("DPTP_AUDIT_MAX_RECORDS", None)
 rec.start(sys.argv[1])
+MINE = os.path.join(out, "a0.p%d.py.jsonl" % os.getpid())
+
+
+def records(path=MINE, kind=None):
+    rs = [json.loads(l) for l in open(path)]
+    return [r for r in rs if kind is None or r["k"] == kind]
+
+
+def line(needle):
+    return next(i for i, l in enumerate(open(__file__), 1) if needle in l and "line(" not in l)
 
 
 def logged(f):  # torch 2.x's _exception_logger, in effect
@@ -31,31 +49,225 @@ class Tensor:
         return 8
 
 
+class PG:  # a process group: weakly referable, as torch's are
+    def __init__(self, ranks):
+        self.ranks = ranks
+
+
+hello = records()[0]
+assert hello["k"] == "hello" and hello["pid"] == os.getpid() and hello["rank"] == 1 and hello["flags"] == "" \
+    and hello["pre"] is False and hello["worker"] is True and hello["ppid"] == os.getppid(), hello
+assert rec._fd >= 1000 or rec._fd >= os.sysconf("SC_OPEN_MAX") - 64, rec._fd
+
 calls = []
 mod = types.ModuleType("torch.distributed.distributed_c10d")
-WORLD = object()
+WORLD = PG([0, 1])
 mod.GroupMember = types.SimpleNamespace(WORLD=None, NON_GROUP_MEMBER=object())
 mod.is_initialized = lambda: True
 mod._get_default_group = lambda: WORLD
-mod.get_process_group_ranks = lambda pg: [0, 1]
+mod.get_process_group_ranks = lambda pg: pg.ranks
+mod.get_rank = lambda: 1
 
 
 @logged
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     calls.append(src)
+    if src == 7:
+        raise RuntimeError("invalid root")
     return "done"
 
 
-mod.broadcast = broadcast
+def new_group(ranks=None, timeout=None, backend=None):
+    return PG(list(ranks))
+
+
+def destroy_process_group(group=None):
+    pass
+
+
+mod.broadcast, mod.new_group, mod.destroy_process_group = broadcast, new_group, destroy_process_group
 rec._patch_c10d(mod)
 assert getattr(mod.broadcast, "_dptp_audit", False), "a decorated collective was left unwrapped"
+assert mod.broadcast.__name__ == "broadcast" and mod.broadcast.__wrapped__ is broadcast
 assert mod.broadcast(Tensor(), 0) == "done" and calls == [0]
 rec._patch_c10d(mod)  # twice: wrapped once
 mod.broadcast(Tensor(), src=0)
-ops = [json.loads(l) for l in open(os.path.join(out, "r1.a0.py.jsonl")) if '"op"' in l]
+try:
+    mod.broadcast(Tensor(), src=7)
+except RuntimeError:
+    pass
+else:
+    raise AssertionError("the error was not raised")
+ops = records(kind="op")
 assert [(o["op"], o["g"], o["seq"], o["src"], o["n"], o["dt"]) for o in ops] == \
-    [("broadcast", [0, 1], 1, 0, 8, "float32"), ("broadcast", [0, 1], 2, 0, 8, "float32")], ops
-assert all(o["site"].endswith("recorder_unit.py:%d" % n) for o, n in zip(ops, (
-    next(i for i, l in enumerate(open(__file__), 1) if "mod.broadcast(Tensor(), 0)" in l),
-    next(i for i, l in enumerate(open(__file__), 1) if "mod.broadcast(Tensor(), src=0)" in l)))), ops
+    [("broadcast", [0, 1], s, src, 8, "float32") for s, src in ((1, 0), (2, 0), (3, 7))], ops
+assert [o["site"].rsplit(":", 1)[1] for o in ops] == [
+    str(line("mod.broadcast(Tensor(), 0)")), str(line("mod.broadcast(Tensor(), src=0)")),
+    str(line("mod.broadcast(Tensor(), src=7)"))], ops
+assert all(o["site"].startswith(os.path.abspath(__file__)) for o in ops), ops
+done = records(kind="done")
+assert [(d["g"], d["gn"], d["seq"], d.get("err", False)) for d in done] == \
+    [([0, 1], 0, 1, False), ([0, 1], 0, 2, False), ([0, 1], 0, 3, True)], done
+kinds = [r["k"] for r in records()]
+assert kinds == ["hello", "group", "op", "done", "op", "done", "op", "done"], kinds
+
+# groups are held weakly: a group the program dropped is freed
+g = mod.new_group([0, 1])
+mod.broadcast(Tensor(), src=1, group=g)
+assert [(r["g"], r["gn"]) for r in records(kind="group")][-1] == ([0, 1], 1)
+ref = weakref.ref(g)
+del g
+gc.collect()
+assert ref() is None, "the recorder keeps a dropped group alive: %s" % gc.get_referrers(ref())
+assert len(rec._groups) == 1, rec._groups
+
+# torch 2.x's functional collectives: the group as a group, a list of ranks,
+# a list of lists, a (DeviceMesh, dim), a 1-D DeviceMesh, a group name
+fc = types.ModuleType("torch.distributed._functional_collectives")
+fcalls = []
+
+
+def f_all_reduce(self, reduceOp, group, tag=""):
+    fcalls.append(("all_reduce", group))
+    return self
+
+
+def f_all_gather_tensor(self, gather_dim, group, tag=""):
+    fcalls.append(("all_gather_tensor", group))
+    return self
+
+
+def f_broadcast(self, src, group, tag=""):
+    fcalls.append(("broadcast", group))
+    return self
+
+
+for n, f in (("all_reduce", f_all_reduce), ("all_gather_tensor", f_all_gather_tensor), ("broadcast", f_broadcast)):
+    f.__name__ = n
+    setattr(fc, n, f)
+
+
+class Mesh:
+    mesh = [[0, 1], [2, 3]]
+
+    def get_group(self, mesh_dim=None):
+        return WORLD if mesh_dim in (None, 0) else TP
+
+
+sys.modules["torch.distributed.distributed_c10d"] = mod
+TP = PG([1, 3])
+mod._resolve_process_group = lambda name: {"tp": TP}[name]
+rec._patch_fc(fc)
+t = Tensor()
+fc.all_reduce(t, "sum", WORLD)
+fc.all_reduce(t, "sum", [0, 1])
+fc.all_gather_tensor(t, 0, [[0, 2], [1, 3]])
+fc.broadcast(t, 1, (Mesh(), 1))
+fc.all_reduce(t, "sum", Mesh())
+fc.all_reduce(t, reduceOp="sum", group="tp")
+assert [c[0] for c in fcalls] == ["all_reduce", "all_reduce", "all_gather_tensor", "broadcast", "all_reduce",
+                                  "all_reduce"], fcalls
+fops = [o for o in records(kind="op") if o.get("fc")]
+assert [(o["op"], o["g"], o["gn"], o.get("src"), o["n"]) for o in fops] == [
+    ("all_reduce", [0, 1], 0, None, 8), ("all_reduce", [0, 1], 0, None, 8),
+    ("all_gather_into_tensor", [1, 3], 0, None, 8), ("broadcast", [1, 3], 0, 1, 8),
+    ("all_reduce", [0, 1], 0, None, 8), ("all_reduce", [1, 3], 0, None, 8)], fops
+assert [o["seq"] for o in fops] == [4, 5, 1, 2, 6, 3], fops
+assert all(o["site"].endswith(":%d" % line("fc.all_gather_tensor(t, 0, [[0, 2]")) for o in fops[2:3]), fops
+assert len([d for d in records(kind="done") if d["g"] == [1, 3]]) == 3
+
+# a site record names the user's frame and the outermost one
+def lib_open(m):
+    return m.shm_open("psm_x", 0)
+
+
+sm = types.SimpleNamespace(shm_open=lambda path, *a: 5)
+rec._patch_shm(sm)
+assert lib_open(sm) == 5
+site = records(kind="site")[-1]
+assert (site["call"], site["key"]) == ("shm_open", "/psm_x") and \
+    site["site"].endswith(":%d" % line('return m.shm_open("psm_x"')) and \
+    site["outer"].endswith(":%d" % line("assert lib_open(sm) == 5")), site
+
+# CUDA IPC through torch.multiprocessing's reductions: sites keyed by the
+# handle's FNV-1a 64, the C recorder's gpu "h"
+red = types.ModuleType("torch.multiprocessing.reductions")
+HANDLE = bytes(range(64))
+
+
+def rebuild_cuda_tensor(*args):
+    return "tensor"
+
+
+def reduce_tensor(t):
+    if t == "cuda":
+        return (red.rebuild_cuda_tensor, ("cls", (2,), (1,), 0, "scls", "f32", 0, HANDLE, 8, 0, False))
+    return ("rebuild_tensor", ())
+
+
+red.rebuild_cuda_tensor, red.reduce_tensor = rebuild_cuda_tensor, reduce_tensor
+rec._patch_reductions(red)
+fn, args = red.reduce_tensor("cuda")
+assert fn is red.rebuild_cuda_tensor and fn.__qualname__ == "rebuild_cuda_tensor"  # pickled by name
+red.reduce_tensor("cpu")
+assert fn(*args) == "tensor"
+h = 0xcbf29ce484222325
+for x in HANDLE:
+    h = ((h ^ x) * 0x100000001b3) % 2**64
+ipc = [(r["call"], r["key"], r["site"].rsplit(":", 1)[1]) for r in records(kind="site") if "cuda" in r["call"]]
+assert ipc == [("cuda_ipc_get", "%016x" % h, str(line('fn, args = red.reduce_tensor("cuda")'))),
+               ("cuda_ipc_open", "%016x" % h, str(line("assert fn(*args) ==")))], ipc
+
+# the program closes the record descriptor and reuses its number: its file
+# never gets a record, the recorder reopens its own by path
+n_before = len(records())
+fd = rec._fd
+os.close(fd)
+theirs = os.path.join(out, "theirs.txt")
+tfd = os.open(theirs, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.dup2(tfd, fd)
+os.close(tfd)
+mod.broadcast(Tensor(), src=0)
+os.close(fd)
+assert os.path.getsize(theirs) == 0, open(theirs).read()
+assert len(records()) == n_before + 2 and rec._fd != fd, (records()[n_before:], rec._fd, fd)
+
+# a full disk: records lost and counted, the program unharmed
+path, rec._path = rec._path, "/dev/full"
+os.close(rec._fd)
+assert mod.broadcast(Tensor(), src=0) == "done"
+assert rec._lost == 2, rec._lost
+rec._path = path
+os.close(rec._fd)
+
+# a forked child: its own file and hello, nothing of the parent's, an end at os._exit
+pid = os.fork()
+if pid == 0:
+    try:
+        mod.broadcast(Tensor(), src=0, group=WORLD)
+    finally:
+        os._exit(3)
+_, status = os.waitpid(pid, 0)
+assert os.WEXITSTATUS(status) == 3
+child = records(os.path.join(out, "a0.p%d.py.jsonl" % pid))
+assert [r["k"] for r in child] == ["hello", "group", "op", "done", "end"], child
+assert child[0]["pid"] == pid and child[0]["ppid"] == os.getpid() and not child[0]["worker"], child[0]
+assert (child[2]["seq"], child[4]["how"], child[4]["code"], child[4]["records"], child[4]["lost"]) == \
+    (1, "_exit", 3, 4, 0), child
+assert not [r for r in records() if r.get("pid") == pid]
+
+# the cap: op/done records stop at DPTP_AUDIT_MAX_RECORDS, counted as lost;
+# per-group counts and the end record come at the end
+pid = os.fork()
+if pid == 0:
+    rec._max = 6
+    for _ in range(10):
+        mod.broadcast(Tensor(), src=0)
+    rec._end("atexit", None)
+    os._exit(0)
+os.waitpid(pid, 0)
+child = records(os.path.join(out, "a0.p%d.py.jsonl" % pid))
+tail = [(r["k"], r.get("seq")) for r in child[-4:]]
+assert [r["k"] for r in child].count("op") == 2 and tail == [("done", 2), ("cap", None), ("count", 10), ("end", None)], child
+assert (child[-1]["records"], child[-1]["lost"], child[-2]["g"], child[-3]["max"]) == (len(child) - 1, 16, [0, 1], 6), child
 print("ok")
