@@ -83,6 +83,11 @@ int rdzv_common_fd_budget(unsigned nodes, struct dptp_err *err)
 	struct rlimit nl = {.rlim_cur = want, .rlim_max = rl.rlim_max};
 	if (want > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &nl) == 0)
 		rl.rlim_cur = want;
+	/* past the hard limit where this process may (CAP_SYS_RESOURCE, as
+	 * root in a container; up to fs.nr_open) */
+	nl.rlim_cur = nl.rlim_max = need;
+	if (rl.rlim_cur < need && setrlimit(RLIMIT_NOFILE, &nl) == 0)
+		rl.rlim_cur = rl.rlim_max = need;
 	if (rl.rlim_cur >= need)
 		return 0;
 	return dptp_err_set(err, -EMFILE, "the store of %u nodes needs about %llu descriptors, and RLIMIT_NOFILE allows "

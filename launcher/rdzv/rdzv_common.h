@@ -120,11 +120,16 @@ unsigned rdzv_common_slots(void);
 /* Python json.dumps of a string (ensure_ascii, with the quotes) into out. */
 void rdzv_common_json_str(const char *s, char *out, size_t len);
 
+/* Connections of one node to the store: 4 held (the agent's two, the
+ * cross-node PMIx watch and queue) and, at a worker start or end, 1-2 more
+ * while it waits for every node (1024 nodes on the GPU machine: 6016 at
+ * the peak); a node that cannot get one waits for all the others. */
 #define RDZV_FDS_PER_NODE 6
 /* The store's host: raises the soft RLIMIT_NOFILE towards the hard one
- * where `nodes` nodes' connections (RDZV_FDS_PER_NODE each) need more;
- * -EMFILE with one line naming the limit and the node count where even the
- * hard limit is too low. */
+ * where `nodes` nodes' connections (RDZV_FDS_PER_NODE each) need more, and
+ * the hard one too where the process may (root in a container); -EMFILE
+ * with one line naming the limit and the node count where that is not
+ * enough. */
 int rdzv_common_fd_budget(unsigned nodes, struct dptp_err *err);
 /* The agent store of node 0 (or the only node) at r->bind_addr and
  * r->master_port (a free port when r->ephemeral; r->master_port is then
