@@ -959,8 +959,10 @@ static int c10d_start(struct rendezvous *r, struct dptp_err *err)
 	if (port < 0)
 		port = C10D_DEFAULT_PORT;
 	host_it = o->c10d.is_host >= 0 ? o->c10d.is_host == 1 : is_this_machine(host);
-	if (host_it)
-		DPTP_TRY(rdzv_common_fd_budget(o->max_nodes, err));
+	struct dptp_err fds = {0};
+	int fd_rc = host_it ? rdzv_common_fd_budget(o->max_nodes, &fds) : 0;
+	if (fd_rc < 0 && o->c10d.is_host == 1)
+		return dptp_err_set(err, fd_rc, "%s", fds.msg);
 	if (host_it) {
 		struct dptp_tcpstore_server_opts so = {.host = NULL, .port = (uint16_t)port};
 		struct dptp_err e = {0};
@@ -968,7 +970,13 @@ static int c10d_start(struct rendezvous *r, struct dptp_err *err)
 		 * bytes, at about the same moment (DPTP_STORE_MAX_BYTES rules) */
 		if (!getenv("DPTP_STORE_MAX_BYTES") && o->max_nodes > 256)
 			so.max_total_bytes = DPTP_TCPSTORE_DEFAULT_TOTAL_BYTES + (size_t)o->max_nodes * 512 * 1024;
-		if (dptp_tcpstore_server_create(&so, &r->server, &e) == 0 && dptp_tcpstore_server_start(r->server, &e) == 0) {
+		if (dptp_tcpstore_server_create(&so, &r->server, &e) == 0 && fd_rc < 0) {
+			/* this agent would host the store, without the descriptors */
+			dptp_tcpstore_server_destroy(r->server);
+			r->server = NULL;
+			return dptp_err_set(err, fd_rc, "%s", fds.msg);
+		}
+		if (r->server && dptp_tcpstore_server_start(r->server, &e) == 0) {
 			info(r, "Process %d hosts the TCP store for the C10d rendezvous backend.", (int)getpid());
 		} else {
 			dptp_tcpstore_server_destroy(r->server);
