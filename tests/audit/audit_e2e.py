@@ -157,23 +157,25 @@ def case_nonpython():
 
 
 def case_subproc():
+    """A worker's own Python subprocess is recorded too (issue 31): it
+    inherits the recorders' variables, and they are the only change."""
     rc, so, se = run(["--nproc-per-node", "2", "--audit", "--log-dir", os.path.join(TMP, "logs"), "subproc.py"],
                      {"PYTHONPATH": "/nonexistent/user/path", "LD_PRELOAD": ""})
     if rc != 0:
         fail("rc %d\n%s" % (rc, se))
-    for line in so.splitlines():
-        if "CHILD-ENV" in line:
-            env = json.loads(line.split("CHILD-ENV ", 1)[1].split(" CHILD-REC", 1)[0])
-            if env != {"PYTHONPATH": "/nonexistent/user/path", "LD_PRELOAD": None, "DPTP_AUDIT_DIR": None,
-                       "DPTP_AUDIT_PPID": None} or not line.endswith("false"):
-                fail("the subprocess inherited the recorders: " + line)
-            break
-    else:
-        fail("no CHILD-ENV line:\n" + so)
+    rd = os.path.join(os.path.dirname(RUN), "audit")
+    lines = [l for l in so.splitlines() if "CHILD-ENV" in l]
+    for line in lines:
+        env = json.loads(line.split("CHILD-ENV ", 1)[1].split(" CHILD-REC", 1)[0])
+        if env["PYTHONPATH"] != rd + ":/nonexistent/user/path" or env["LD_PRELOAD"] != rd + "/libdptp-audit.so" or \
+                not env["DPTP_AUDIT_DIR"] or not env["DPTP_AUDIT_PPID"] or not line.endswith("true"):
+            fail("the subprocess did not get the recorders (or got more): " + line)
+    if len(lines) != 2:
+        fail("CHILD-ENV lines:\n" + so)
     adir = re.search(r"records in (\S+)", se).group(1)
     files = sorted(os.listdir(adir))
-    if [len([n for n in files if n.endswith(x)]) for x in (".c.jsonl", ".py.jsonl", "launcher.jsonl")] != [2, 2, 1]:
-        fail("records: %s" % files)
+    if len([n for n in files if n.endswith(".py.jsonl")]) != 4 or "launcher.jsonl" not in files:
+        fail("records (2 workers and their 2 subprocesses): %s" % files)
 
 
 def case_options():

@@ -164,6 +164,11 @@ def case_records():
     if rep["records_dir"] != m.group(1):
         fail("--audit-format json on stdout: %s" % so)
     shutil.rmtree(m.group(1))
+    # --audit-output -: the report on stdout too
+    rc, so, se = run(["--audit", "--audit-hang", "0", "--audit-output", "-", "--audit-format", "junit", "--no-python",
+                      "true"])
+    if not so.startswith("<?xml") or "<testsuites" not in so:
+        fail("--audit-output -: rc %d, stdout %r" % (rc, so))
     # a death signal while the launcher waits for its rendezvous (no report
     # follows): the temporary folder goes all the same
     env = dict(os.environ, TMPDIR=TMP)
