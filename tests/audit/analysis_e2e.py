@@ -21,13 +21,12 @@ FOUR = {"healthy_threads", "skipped_step", "healthy"}
 
 
 def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
+    sys.exit("FAIL: " + msg)
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+    """a port the kernel just gave (tests run side by side)"""
+    with socket.create_server(("127.0.0.1", 0)) as s:
         return s.getsockname()[1]
 
 
