@@ -220,7 +220,7 @@ static int g_gpu(struct st *s)
 				continue;
 			done_sites[ndone++] = im->site;
 			/* every importer of another replica at this site, and its exporters */
-			size_t nr = 0;
+			size_t nr = 0, nmap = 0;
 			for (size_t a = k; a < n; a++) {
 				const struct a_gpu *x = &j->gpu[idx[a]];
 				if (x->exp || x->site != im->site)
@@ -228,6 +228,7 @@ static int g_gpu(struct st *s)
 				const struct a_gpu *xe = ex_of[a];
 				if (!xe || replica_of(res, xe->rank) < 0 || replica_of(res, xe->rank) == replica_of(res, x->rank))
 					continue;
+				nmap++;
 				if (!in_list(ranks, nr, x->rank))
 					ranks[nr++] = x->rank;
 				if (!in_list(ranks, nr, xe->rank))
@@ -236,8 +237,9 @@ static int g_gpu(struct st *s)
 			char from[200];
 			called_from(from, sizeof(from), im->site, im->outer);
 			rc = add_finding(s, 'G', ranks, nr, im->site[0] ? im->site : ex->site, gpu_api(im->call),
-				"rank %d (replica %d) maps GPU memory of rank %d (replica %d)%s (%s of a handle from %s at %s): a per-replica GPU workspace shared across replicas",
-				im->rank, di, ex->rank, de, from, gpu_api(im->call), gpu_api(ex->call), ex->site[0] ? ex->site : "?");
+				"%zu mapping%s of another replica's GPU memory here%s, e.g. rank %d (replica %d) maps GPU memory of rank %d (replica %d) (%s of a handle from %s at %s): a per-replica GPU workspace shared across replicas",
+				nmap, nmap == 1 ? "" : "s", from, im->rank, di, ex->rank, de, gpu_api(im->call), gpu_api(ex->call),
+				ex->site[0] ? ex->site : "?");
 		}
 		i = e;
 	}
