@@ -63,6 +63,7 @@ _groups = {}      # id(pg) -> (ranks tuple, gn, weak ref, JSON '"g":[..],"gn":N'
 _ngroups = {}     # ranks tuple -> groups created with that member list
 _seq = {}         # (ranks, gn) -> calls so far
 _listed = set()   # member lists a functional collective named, not a group
+_world_e = None   # the default group's entry, once a call used it
 _sites = {}       # code object, line -> JSON-quoted "file:line"
 _skip_dirs = ()
 _stdlib = "\0"    # the standard library's folder: skipped, but for its *-packages
@@ -118,7 +119,10 @@ def _open():
 def _write(line):
     """One record, one write(2); counted in _records or _lost. Never raises."""
     global _records, _lost, _torn, _dirty
-    data = (("\n" if _torn else "") + line + "\n").encode("utf-8", "replace")
+    try:
+        data = (line + "\n").encode() if not _torn else ("\n" + line + "\n").encode()
+    except UnicodeEncodeError:  # a lone surrogate in a path
+        data = (("\n" if _torn else "") + line + "\n").encode("utf-8", "replace")
     if _dirty:  # the program closed or replaced descriptors since the last check
         _dirty = False
         try:
@@ -220,11 +224,24 @@ def _group_ranks(dist, pg):
 
 def _group_key(dist, group):
     """The _groups entry of a call's group; None for a rank outside it."""
+    global _world_e
+    if group is None:
+        e = _world_e
+        if e is not None:
+            return e
     c10d = dist.distributed_c10d
     if group is None or group is getattr(c10d.GroupMember, "WORLD", None):
         group = c10d._get_default_group() if dist.is_initialized() else None
         if group is None:
             return None
+        hit = _groups.get(id(group))
+        if hit is None or hit[2]() is not group:
+            ranks = _group_ranks(dist, group)
+            if ranks is None:
+                return None
+            hit = _register(ranks, group, None)
+        _world_e = hit  # until destroy_process_group() or init_process_group()
+        return hit
     if group is getattr(c10d.GroupMember, "NON_GROUP_MEMBER", object()):
         return None
     hit = _groups.get(id(group))
@@ -258,7 +275,7 @@ def _register(ranks, pg, site, backend=None):
                 ref = _weakref.ref(pg, _drop(id(pg)))
             except TypeError:  # not weakly referable: held until destroyed
                 ref = (lambda p: lambda: p)(pg)
-        e = (ranks, gn, ref, '"g":%s,"gn":%d' % (_ints(ranks), gn))
+        e = (ranks, gn, ref, '"g":%s,"gn":%d' % (_ints(ranks), gn), _seq.setdefault((ranks, gn), [0]))
         if pg is not None:
             _groups[id(pg)] = e
     _emit('{"k":"group",%s,"site":%s%s,"t":%.6f}' % (
@@ -343,11 +360,9 @@ _FC = {
 
 
 def _seq_of(e):
-    key = (e[0], e[1])
-    with _lock:
-        s = _seq.get(key, 0) + 1
-        _seq[key] = s
-    return s
+    c = e[4]  # calls on one group from two threads at once are the program's race
+    c[0] += 1
+    return c[0]
 
 
 def _op_line(name, e, seq, spec_in, roots, bound, extra):
@@ -537,10 +552,10 @@ def _fc_key(dist, group):
                 return None
         # torch uses the first group with these members (gn 0), or makes it
         ranks = tuple(int(r) for r in ranks)
-        e = (ranks, 0, _nothing, '"g":%s,"gn":0' % _ints(ranks))
         with _lock:
             new = ranks not in _ngroups and ranks not in _listed
             _listed.add(ranks)
+            e = (ranks, 0, _nothing, '"g":%s,"gn":0' % _ints(ranks), _seq.setdefault((ranks, 0), [0]))
         if new:
             _emit('{"k":"group",%s,"site":%s,"t":%.6f}' % (e[3], _site(), _now()))
         return e
@@ -599,8 +614,11 @@ def _compiling():
 
 def _wrap_group_maker(dist, name, fn):
     def wrapper(*args, **kwargs):
+        global _world_e
         site = _site()
         outer = not _tls.inside
+        if name == "init_process_group":
+            _world_e = None
         _tls.inside = True
         try:
             pg = fn(*args, **kwargs)
@@ -624,7 +642,9 @@ def _wrap_destroy(dist, fn):
         try:
             c10d = dist.distributed_c10d
             if group is None or group is getattr(c10d.GroupMember, "WORLD", None):
+                global _world_e
                 with _lock:  # the world is gone: a new init starts over
+                    _world_e = None
                     _groups.clear()
                     _ngroups.clear()
                     _seq.clear()
@@ -952,7 +972,8 @@ def _end(how, code):
         if _capped:
             t = _now()
             for (ranks, gn), s in list(_seq.items()):
-                _write('{"k":"count","g":%s,"gn":%d,"seq":%d,"t":%.6f}' % (_ints(ranks), gn, s, t))
+                if s[0]:
+                    _write('{"k":"count","g":%s,"gn":%d,"seq":%d,"t":%.6f}' % (_ints(ranks), gn, s[0], t))
         _write('{"k":"end","how":"%s","code":%s,"records":%d,"lost":%d,"t":%.6f}' % (
             how, "null" if code is None else int(code), _records, _lost, _now()))
     except Exception:
@@ -1058,7 +1079,7 @@ def _name():
 def _forked():
     """A forked child (multiprocessing, a DataLoader worker): its own file,
     opened at its first record, with its own hello; nothing of the parent's."""
-    global _fd, _path, _pending, _records, _lost, _capped, _how, _code, _lock, _torn, _dirty
+    global _fd, _path, _pending, _records, _lost, _capped, _how, _code, _lock, _torn, _dirty, _world_e
     if _fd >= 0:
         try:
             st = os.fstat(_fd)
@@ -1075,6 +1096,7 @@ def _forked():
     _ngroups.clear()
     _seq.clear()
     _listed.clear()
+    _world_e = None
     _last_dev[0] = None
     _tls.inside = False
 

@@ -270,4 +270,13 @@ child = records(os.path.join(out, "a0.p%d.py.jsonl" % pid))
 tail = [(r["k"], r.get("seq")) for r in child[-4:]]
 assert [r["k"] for r in child].count("op") == 2 and tail == [("done", 2), ("cap", None), ("count", 10), ("end", None)], child
 assert (child[-1]["records"], child[-1]["lost"], child[-2]["g"], child[-3]["max"]) == (len(child) - 1, 16, [0, 1], 6), child
+
+# destroy_process_group() of the world, then a new one: a call on the default
+# group names the new world's group, numbered from the start again
+mod.destroy_process_group()
+WORLD2 = PG([0, 1, 2])
+mod._get_default_group = lambda: WORLD2
+mod.broadcast(Tensor(), src=0)
+last = records(kind="op")[-1]
+assert (last["g"], last["gn"], last["seq"]) == ([0, 1, 2], 0, 1), last
 print("ok")
