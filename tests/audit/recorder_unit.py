@@ -189,6 +189,25 @@ assert (site["call"], site["key"]) == ("shm_open", "/psm_x") and \
     site["site"].endswith(":%d" % line('return m.shm_open("psm_x"')) and \
     site["outer"].endswith(":%d" % line("assert lib_open(sm) == 5")), site
 
+# sockets: bind and connect name their site, keyed as the C recorder names the address
+class Sock:
+    def bind(self, address):
+        return "bound"
+
+    def connect(self, address):
+        return "connected"
+
+    def connect_ex(self, address):
+        return 0
+
+
+rec._patch_socket(types.SimpleNamespace(socket=Sock))
+sk = Sock()
+assert sk.bind(("127.0.0.1", 5557)) == "bound" and sk.bind("\0/tmp/x") == "bound" and sk.bind(("", 0)) == "bound"
+assert sk.connect("/tmp/s.sock") == "connected" and sk.connect_ex(("127.0.0.1", 29500)) == 0
+socks = [(r["call"], r["key"]) for r in records(kind="site")[-4:]]
+assert socks == [("bind", "port 5557"), ("bind", "@/tmp/x"), ("connect", "/tmp/s.sock"), ("connect", "port 29500")], socks
+
 # CUDA IPC through torch.multiprocessing's reductions: sites keyed by the
 # handle's FNV-1a 64, the C recorder's gpu "h"
 red = types.ModuleType("torch.multiprocessing.reductions")

@@ -7,7 +7,7 @@ Cases: spawn (torch.multiprocessing.spawn, DP2TP2, R bug), fork
 (multiprocessing fork, G bug), subproc (subprocess workers with their own
 RANK/WORLD_SIZE/MASTER_*, healthy), fds (closerange + open, 30 destroyed
 groups), exec (sh -c, exec of another Python, os._exit), pth (a .pth that
-imports torch.distributed first), hygiene (sys.modules, tracebacks, exit
+imports torch.distributed first), isolated (python -I: incomplete), hygiene (sys.modules, tracebacks, exit
 status as alone). The checks read the record files (a<att>.p<pid>.py.jsonl)
 and the audit's report (findings by world and replica, no gaps)."""
 import glob
@@ -283,6 +283,17 @@ def case_pth():
             fail("pth: pid %d: hello %s, ops %s" % (pid, rs[0], ops))
 
 
+def case_isolated():
+    """python -I: no recorder can load into it; the job is incomplete, not a pass."""
+    need_torch()
+    rc, so, se, recs, rep = job(2, ["--no-python", TORCH_PY, "-I", "py_pth.py"])
+    gaps = rep["gaps"] + [g for w in rep["worlds"] for g in w["gaps"]]
+    if rc != 5 or recs or rep["status"] != "incomplete" or rep["findings"] or \
+            sorted(g["rank"] for g in gaps) != [0, 1] or not all(g["pid"] > 0 for g in gaps):
+        fail("isolated: rc %d, Python records %s, report %s, gaps %s\n%s" % (
+            rc, sorted(recs), rep["status"], gaps, se[-2000:]))
+
+
 def case_hygiene():
     need_torch()
     adir = os.path.join(TMP, "rec")
@@ -315,7 +326,7 @@ def case_hygiene():
 
 try:
     {"spawn": case_spawn, "fork": case_fork, "subproc": case_subproc, "fds": case_fds, "exec": case_exec,
-     "pth": case_pth, "hygiene": case_hygiene}[CASE]()
+     "pth": case_pth, "isolated": case_isolated, "hygiene": case_hygiene}[CASE]()
     print("ok")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
