@@ -1327,6 +1327,7 @@ static void c10d_shutdown(struct rendezvous *r)
 	}
 	if (c) {
 		dptp_tcpstore_client_destroy(c->c);
+		rdzv_common_store_stats(c->wserver);
 		dptp_tcpstore_server_destroy(c->wserver);
 		free(c->token);
 		free(c->hb_last);

@@ -116,8 +116,20 @@ int rdzv_common_store_up(struct rendezvous *r, struct dptp_err *err)
 	return 0;
 }
 
+void rdzv_common_store_stats(struct dptp_tcpstore_server *s)
+{
+	const char *e = getenv("DPTP_STORE_STATS");
+	char line[2048];
+	if (!s || !e || !*e || !strcmp(e, "0"))
+		return;
+	dptp_tcpstore_server_stop(s);
+	dptp_tcpstore_server_stats(s, line, sizeof(line));
+	fprintf(stderr, "dptp-run: store stats: %s\n", line);
+}
+
 void rdzv_common_store_down(struct rendezvous *r)
 {
+	rdzv_common_store_stats(r->server);
 	dptp_tcpstore_server_destroy(r->server);
 	r->server = NULL;
 }

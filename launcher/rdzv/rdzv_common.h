@@ -131,6 +131,9 @@ void rdzv_common_json_str(const char *s, char *out, size_t len);
  * with one line naming the limit and the node count where that is not
  * enough. */
 int rdzv_common_fd_budget(unsigned nodes, struct dptp_err *err);
+/* DPTP_STORE_STATS=1: the store's counters (dptp_tcpstore_server_stats),
+ * one line on stderr; stops the server first. */
+void rdzv_common_store_stats(struct dptp_tcpstore_server *s);
 /* The agent store of node 0 (or the only node) at r->bind_addr and
  * r->master_port (a free port when r->ephemeral; r->master_port is then
  * the port taken), and its end. */

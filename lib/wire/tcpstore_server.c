@@ -271,10 +271,8 @@ struct dptp_tcpstore_server {
 	unsigned nlogged;   /* refusal lines written */
 	void (*log)(void *arg, const char *msg);
 	void *log_arg;
-	/* DPTP_STORE_STATS: operations, request and reply bytes per opcode,
-	 * compare-sets that did not write, peak connections, poll steps;
-	 * written to stderr when the server goes */
-	bool stats;
+	/* operations, request and reply bytes per opcode, compare-sets that
+	 * did not write, peak connections, loop steps (server_stats) */
 	uint64_t op_n[DPTP_TCPSTORE_WATCH_KEY + 1], op_in[DPTP_TCPSTORE_WATCH_KEY + 1],
 		op_out[DPTP_TCPSTORE_WATCH_KEY + 1];
 	uint64_t cas_missed, steps, accepted;
@@ -1200,8 +1198,6 @@ static int handle(struct dptp_tcpstore_server *s, struct conn *c, int op, const 
 	}
 	if (op < 0 || (size_t)op >= DPTP_ARRAY_LEN(op_handlers) || !op_handlers[op])
 		return -EPROTO; /* VALIDATE again, or an opcode the scanner let through */
-	if (!s->stats)
-		return op_handlers[op](s, c, f, flen);
 	size_t before = c->outlen - c->outoff;
 	int rc = op_handlers[op](s, c, f, flen);
 	s->op_n[op]++;
@@ -1550,19 +1546,16 @@ static const char *const op_names[DPTP_TCPSTORE_WATCH_KEY + 1] = {
 	[DPTP_TCPSTORE_LIST_KEYS] = "list_keys", [DPTP_TCPSTORE_WATCH_KEY] = "watch_key",
 };
 
-/* One line: "store stats: steps=.. accepted=.. peak_conns=.. get=N/IN/OUT ..." */
-static void print_stats(const struct dptp_tcpstore_server *s)
+void dptp_tcpstore_server_stats(const struct dptp_tcpstore_server *s, char *line, size_t len)
 {
-	char line[2048];
-	int k = snprintf(line, sizeof(line), "dptp-run: store stats: port=%u steps=%llu accepted=%llu peak_conns=%zu "
-		"cas_missed=%llu", (unsigned)s->port, (unsigned long long)s->steps, (unsigned long long)s->accepted,
-		s->peak_conns, (unsigned long long)s->cas_missed);
-	for (size_t i = 0; i < DPTP_ARRAY_LEN(op_names) && k > 0 && (size_t)k < sizeof(line); i++)
+	int k = snprintf(line, len, "port=%u steps=%llu accepted=%llu peak_conns=%zu cas_missed=%llu", (unsigned)s->port,
+		(unsigned long long)s->steps, (unsigned long long)s->accepted, s->peak_conns,
+		(unsigned long long)s->cas_missed);
+	for (size_t i = 0; i < DPTP_ARRAY_LEN(op_names) && k > 0 && (size_t)k < len; i++)
 		if (s->op_n[i] && op_names[i])
-			k += snprintf(line + k, sizeof(line) - (size_t)k, " %s=%llu %s_in=%llu %s_out=%llu", op_names[i],
+			k += snprintf(line + k, len - (size_t)k, " %s=%llu %s_in=%llu %s_out=%llu", op_names[i],
 				(unsigned long long)s->op_n[i], op_names[i], (unsigned long long)s->op_in[i], op_names[i],
 				(unsigned long long)s->op_out[i]);
-	fprintf(stderr, "%s\n", line);
 }
 
 static void publish_stats(struct dptp_tcpstore_server *s)
@@ -1769,8 +1762,6 @@ int dptp_tcpstore_server_create(const struct dptp_tcpstore_server_opts *opts,
 		s->fd_share = s->max_total / (size_t)rl.rlim_cur;
 	s->log = o.log;
 	s->log_arg = o.log_arg;
-	const char *st = getenv("DPTP_STORE_STATS");
-	s->stats = st && *st && strcmp(st, "0");
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &s->wakefd};
@@ -1838,8 +1829,6 @@ void dptp_tcpstore_server_destroy(struct dptp_tcpstore_server *s)
 	if (!s)
 		return;
 	dptp_tcpstore_server_stop(s);
-	if (s->stats)
-		print_stats(s);
 	for (size_t i = 0; i < s->nconns; i++)
 		conn_free(s, s->conns[i]);
 	free(s->conns);

@@ -100,9 +100,11 @@ def case_elastic_late():
     # every other run on a loaded machine under ASan and joined round 2
     port = free_port()
     conf = FAST.replace("last_call_timeout=1", "last_call_timeout=3")
-    a = node(0, "1:3", port, "el", ["late", "2"], conf=conf)
+    # node 0 ranks first by its address: torch orders nodes by (addr, pid),
+    # and pids wrap (pid_max 32768 here) between two starts 6 s apart
+    a = node(0, "1:3", port, "el", ["late", "2"], conf=conf, extra=["--local-addr=127.0.0.1"])
     time.sleep(6)
-    b = node(1, "1:3", port, "el", ["late", "2"], conf=conf)
+    b = node(1, "1:3", port, "el", ["late", "2"], conf=conf, extra=["--local-addr=127.0.0.2"])
     (ra, oa, ea), (rb, ob, eb) = finish([a, b])
     check(ra == 0 and rb == 0, "rc %d/%d: %s %s" % (ra, rb, ea, eb))
     la = oa.splitlines()
