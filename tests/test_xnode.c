@@ -10,7 +10,10 @@
  * - both nodes' workers done (xnode_finish): silence is no loss then
  * - a failed attempt reported under <prefix>failed: node 0's xnode_handle
  *   says so
- * - the store gone: node 1 finds node 0 (the store's host) lost */
+ * - the store gone: node 1 finds node 0 (the store's host) lost
+ * - 16 nodes beating on a store of their own: each heartbeat round costs
+ *   a node 3 ADDs (its counter and the next two nodes'), not one per node:
+ *   the store's host serves O(N) per round, not O(N^2) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -174,6 +177,83 @@ static void test_failure_reported(void **state)
 }
 
 /* last: the store goes */
+/* Every node's loop turn, n nodes of the ring test. */
+static void turn_n(struct xnode **x, size_t n)
+{
+	struct pollfd *pfd = calloc(n * XNODE_MAX_FDS, sizeof(*pfd));
+	size_t *first = calloc(n, sizeof(*first)), *cnt = calloc(n, sizeof(*cnt)), total = 0;
+	double timeout = 0.02;
+	assert_non_null(pfd);
+	assert_non_null(first);
+	assert_non_null(cnt);
+	for (size_t i = 0; i < n; i++) {
+		first[i] = total;
+		cnt[i] = xnode_pollfds(x[i], pfd + total, XNODE_MAX_FDS);
+		total += cnt[i];
+		timeout = xnode_poll_timeout(x[i], timeout);
+	}
+	poll(pfd, (nfds_t)total, (int)((timeout > 0 ? timeout : 0) * 1000.0 + 0.999));
+	for (size_t i = 0; i < n; i++)
+		xnode_handle(x[i], pfd + first[i], cnt[i]);
+	free(pfd);
+	free(first);
+	free(cnt);
+}
+
+static void test_ring_load(void **state)
+{
+	(void)state;
+	enum { N = 16 };
+	struct rdzv_node nd[N];
+	struct xnode *x[N];
+	struct dptp_tcpstore_server *s = NULL;
+	struct dptp_tcpstore_server_opts so = {.host = "127.0.0.1", .port = 0};
+	struct dptp_err e = {0};
+	assert_int_equal(dptp_tcpstore_server_create(&so, &s, &e), 0);
+	assert_int_equal(dptp_tcpstore_server_start(s, &e), 0);
+	unsigned sp = dptp_tcpstore_server_port(s);
+	for (unsigned k = 0; k < N; k++) {
+		nd[k] = (struct rdzv_node){.nproc = 1, .base = k, .slots = 1, .pid = (int)getpid()};
+		snprintf(nd[k].host, sizeof(nd[k].host), "node%u", k);
+	}
+	for (unsigned k = 0; k < N; k++)
+		if (xnode_start(&x[k], "127.0.0.1", sp, PREFIX "r/", nd, N, k, 20.0, HB_INTERVAL, HB_TIMEOUT, &srv, &e) < 0)
+			fail_msg("xnode_start node %u: %s", k, e.msg);
+	double end = dptp_now() + 20 * HB_INTERVAL;
+	while (dptp_now() < end)
+		turn_n(x, N);
+	for (unsigned k = 0; k < N; k++) {
+		assert_int_equal(xnode_lost(x[k], NULL), -1);
+		xnode_stop(x[k]);
+	}
+	/* the rounds made: the sum of the nodes' own counters (N more ADDs) */
+	struct dptp_tcpstore_client_opts co = {.host = "127.0.0.1", .port = (uint16_t)sp, .timeout = 10};
+	struct dptp_tcpstore_client *c = NULL;
+	int64_t rounds = 0;
+	assert_int_equal(dptp_tcpstore_client_create(&co, &c, &e), 0);
+	assert_int_equal(dptp_tcpstore_client_set_prefix(c, ""), 0); /* xnode's keys are whole */
+	for (unsigned k = 0; k < N; k++) {
+		char key[64];
+		int64_t v = 0;
+		snprintf(key, sizeof(key), PREFIX "r/hb/%u", k);
+		assert_int_equal(dptp_tcpstore_client_add(c, key, 0, &v, &e), 0);
+		rounds += v;
+	}
+	dptp_tcpstore_client_destroy(c);
+	dptp_tcpstore_server_stop(s);
+	char line[2048];
+	dptp_tcpstore_server_stats(s, line, sizeof(line));
+	dptp_tcpstore_server_destroy(s);
+	const char *a = strstr(line, " add=");
+	assert_non_null(a);
+	long long adds = strtoll(a + 5, NULL, 10) - N;
+	/* a round of 3 ADDs per node, the last maybe unanswered when stopped */
+	assert_true(rounds >= N);
+	if (adds > 3 * (rounds + N))
+		fail_msg("%lld heartbeat ADDs for %lld rounds of %d nodes: more than 3 per node and round", adds,
+			(long long)rounds, N);
+}
+
 static void test_store_lost(void **state)
 {
 	(void)state;
@@ -199,6 +279,7 @@ int main(void)
 		cmocka_unit_test(test_lost_node),
 		cmocka_unit_test(test_no_loss_once_finished),
 		cmocka_unit_test(test_failure_reported),
+		cmocka_unit_test(test_ring_load),
 		cmocka_unit_test(test_store_lost),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
