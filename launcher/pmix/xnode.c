@@ -623,10 +623,21 @@ static int pids_read(struct xnode *x, struct xop *o)
 	return STEP_DONE;
 }
 
-/* X_HB: a heartbeat round's counters; a node whose counter moved is alive. */
+static void set_lost(struct xnode *x, unsigned node, const char *why)
+{
+	if (x->lost >= 0)
+		return;
+	x->lost = (int)node;
+	snprintf(x->lost_why, sizeof(x->lost_why), "%s", why);
+}
+
+/* X_HB: a heartbeat round's counters; a node whose counter moved is alive,
+ * one whose counter stood still over rounds sent hb_timeout apart is lost.
+ * Judged on the rounds' send times, once their replies are read: a
+ * launcher that was not scheduled for a while (a loaded host) reads the
+ * replies that waited for it before it judges anyone. */
 static int heartbeats_read(struct xnode *x, struct xop *o)
 {
-	double now = dptp_now();
 	if (!x->hb_waiting || o->inlen < 8 * (size_t)(1 + x->hb_nwatch))
 		return STEP_MORE;
 	for (unsigned i = 0; i < x->hb_nwatch; i++) { /* after our own counter */
@@ -634,7 +645,14 @@ static int heartbeats_read(struct xnode *x, struct xop *o)
 		uint64_t v = dptp_le64_get(o->in + 8 * (1 + i));
 		if (v != x->hb_val[k]) {
 			x->hb_val[k] = v;
-			x->hb_seen[k] = now;
+			x->hb_seen[k] = x->hb_sent;
+		} else if (x->hb_sent - x->hb_seen[k] > x->hb_timeout + (v ? 0 : 0.05 * x->nnodes) && x->finish != 2) {
+			/* (a node that never beat yet may still be starting: the
+			 * slowest of N nodes learns its ranks last; 0.05 s a node
+			 * more for its first beat) */
+			char why[160];
+			snprintf(why, sizeof(why), "no heartbeat for %.0f s", x->hb_sent - x->hb_seen[k]);
+			set_lost(x, k, why);
 		}
 	}
 	in_drop(o, 8 * (size_t)(1 + x->hb_nwatch));
@@ -747,34 +765,13 @@ static int advance(struct xnode *x, struct xop *o)
 	}
 }
 
-static void set_lost(struct xnode *x, unsigned node, const char *why)
-{
-	if (x->lost >= 0)
-		return;
-	x->lost = (int)node;
-	snprintf(x->lost_why, sizeof(x->lost_why), "%s", why);
-}
 
 /* Sends the heartbeat round when due; judges the other nodes' silence. */
 static void hb_tick(struct xnode *x, double now)
 {
-	char key[192], why[160];
+	char key[192];
 	if (!x->hb || x->finish == 2 || x->lost >= 0)
 		return;
-	if (x->hb_waiting && now - x->hb_sent > x->hb_timeout) {
-		snprintf(why, sizeof(why), "its store at %s:%u left a heartbeat unanswered for %.0f s", x->host, x->port,
-			now - x->hb_sent);
-		set_lost(x, 0, why);
-		return;
-	}
-	for (unsigned i = 0; i < x->hb_nwatch; i++) {
-		unsigned k = x->hb_watch[i];
-		if (now - x->hb_seen[k] > x->hb_timeout) {
-			snprintf(why, sizeof(why), "no heartbeat for %.0f s", now - x->hb_seen[k]);
-			set_lost(x, k, why);
-			return;
-		}
-	}
 	if (x->hb_waiting || now < x->hb_next)
 		return;
 	for (unsigned i = 0; i <= x->hb_nwatch; i++) {
@@ -889,6 +886,13 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 				x->finish = 2;
 			op_fail(o, "timed out");
 		}
+	}
+	/* after the replies that came: the store's silence */
+	if (x->hb && x->hb_waiting && x->finish != 2 && x->lost < 0 && now - x->hb_sent > x->hb_timeout) {
+		char why[160];
+		snprintf(why, sizeof(why), "its store at %s:%u left a heartbeat unanswered for %.0f s", x->host, x->port,
+			now - x->hb_sent);
+		set_lost(x, 0, why);
 	}
 	int f = x->failed_node;
 	x->failed_node = -1;
