@@ -562,13 +562,15 @@ def _fc_key(dist, group):
     return _group_key(dist, group)
 
 
-def _wrap_fc(dist, name, fn):
+def _wrap_fc(dist, name, fn, compiling):
     op, inp, roots = _FC[name]
     params = _params(fn)
 
     def wrapper(*args, **kwargs):
+        if compiling():  # torch.compile tracing: the call is left to the graph
+            return fn(*args, **kwargs)
         t = _tls
-        if t.inside or _fd < 0 and _pending is None or _compiling():
+        if t.inside or _fd < 0 and _pending is None:
             return fn(*args, **kwargs)
         rec = None
         try:
@@ -602,14 +604,8 @@ def _wrap_fc(dist, name, fn):
     return _dress(wrapper, fn, name)
 
 
-def _compiling():
-    """torch.compile tracing a functional collective: left to the graph."""
-    c = sys.modules.get("torch.compiler")
-    f = getattr(c, "is_compiling", None)
-    try:
-        return bool(f()) if f is not None else False
-    except Exception:
-        return False
+def _never():
+    return False
 
 
 def _wrap_group_maker(dist, name, fn):
@@ -768,8 +764,10 @@ def _patch_fc(mod):
     if c10d is None:
         return
     d = _dist_view(c10d)
+    # torch.compiler.is_compiling: constant True while dynamo traces
+    compiling = getattr(sys.modules.get("torch.compiler"), "is_compiling", None) or _never
     for name in _FC:
-        _set(mod, name, lambda fn, name=name: _wrap_fc(d, name, fn))
+        _set(mod, name, lambda fn, name=name: _wrap_fc(d, name, fn, compiling))
 
 
 def _patch_cuda(mod):

@@ -157,6 +157,8 @@ class Mesh:
 sys.modules["torch.distributed.distributed_c10d"] = mod
 TP = PG([1, 3])
 mod._resolve_process_group = lambda name: {"tp": TP}[name]
+COMPILING = [False]
+sys.modules["torch.compiler"] = types.SimpleNamespace(is_compiling=lambda: COMPILING[0])
 rec._patch_fc(fc)
 t = Tensor()
 fc.all_reduce(t, "sum", WORLD)
@@ -175,6 +177,10 @@ assert [(o["op"], o["g"], o["gn"], o.get("src"), o["n"]) for o in fops] == [
 assert [o["seq"] for o in fops] == [4, 5, 1, 2, 6, 3], fops
 assert all(o["site"].endswith(":%d" % line("fc.all_gather_tensor(t, 0, [[0, 2]")) for o in fops[2:3]), fops
 assert len([d for d in records(kind="done") if d["g"] == [1, 3]]) == 3
+COMPILING[0] = True  # torch.compile tracing: left to the graph, not recorded
+n_ops = len(records(kind="op"))
+fc.all_reduce(t, "sum", WORLD)
+assert len(records(kind="op")) == n_ops and len(fcalls) == 7
 
 # a site record names the user's frame and the outermost one
 def lib_open(m):
