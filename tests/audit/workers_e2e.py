@@ -7,7 +7,8 @@ Cases: spawn (torch.multiprocessing.spawn, DP2TP2, R bug), fork
 (multiprocessing fork, G bug), subproc (subprocess workers with their own
 RANK/WORLD_SIZE/MASTER_*, healthy), fds (closerange + open, 30 destroyed
 groups), exec (sh -c, exec of another Python, os._exit), pth (a .pth that
-imports torch.distributed first), isolated (python -I: incomplete), hygiene (sys.modules, tracebacks, exit
+imports torch.distributed first), isolated (python -I: incomplete), fc
+(torch 2.x's functional collectives; skipped on torch without them), hygiene (sys.modules, tracebacks, exit
 status as alone). The checks read the record files (a<att>.p<pid>.py.jsonl)
 and the audit's report (findings by world and replica, no gaps)."""
 import glob
@@ -284,6 +285,32 @@ def case_pth():
             fail("pth: pid %d: hello %s, ops %s" % (pid, rs[0], ops))
 
 
+def case_fc():
+    """Functional collectives (torch 2.x; skipped where torch has none)."""
+    need_torch()
+    if subprocess.run([TORCH_PY, "-c", "import torch.distributed._functional_collectives, "
+                       "torch.distributed.device_mesh"], capture_output=True).returncode:
+        print("torch without functional collectives: skipped")
+        sys.exit(77)
+    rc, so, se, recs, rep = job(2, ["py_fc.py"])
+    if rc != 0:
+        fail("fc: rc %d\n%s" % (rc, se[-3000:]))
+    check_files(recs, "fc")
+    ws = worlds(recs)
+    verdict(rep, "fc", "pass", [], [next(iter(ws.values()))["id"]])
+    want = [("all_reduce", line_of("py_fc.py", "a = funcol")), ("all_reduce", line_of("py_fc.py", "b = funcol")),
+            ("all_gather_into_tensor", line_of("py_fc.py", "c = funcol")),
+            ("broadcast", line_of("py_fc.py", "d = funcol"))]
+    for pid in ws:
+        fcs = [r for r in recs[pid] if r["k"] == "op" and r.get("fc")]
+        if [(r["op"], int(r["site"].rsplit(":", 1)[1])) for r in fcs] != want or \
+                any(r["g"] != [0, 1] for r in fcs) or [r.get("src") for r in fcs][3] != 0:
+            fail("fc: pid %d: %s" % (pid, fcs))
+        done = [(r["g"], r["gn"], r["seq"]) for r in recs[pid] if r["k"] == "done"]
+        if any((r["g"], r["gn"], r["seq"]) not in done for r in fcs):
+            fail("fc: pid %d: ops without done: %s %s" % (pid, fcs, done))
+
+
 def case_isolated():
     """python -I: no recorder can load into it; the job is incomplete, not a pass."""
     need_torch()
@@ -327,7 +354,7 @@ def case_hygiene():
 
 try:
     {"spawn": case_spawn, "fork": case_fork, "subproc": case_subproc, "fds": case_fds, "exec": case_exec,
-     "pth": case_pth, "isolated": case_isolated, "hygiene": case_hygiene}[CASE]()
+     "pth": case_pth, "isolated": case_isolated, "fc": case_fc, "hygiene": case_hygiene}[CASE]()
     print("ok")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
