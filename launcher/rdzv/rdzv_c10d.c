@@ -542,10 +542,10 @@ static int beat(struct rendezvous *r, struct dptp_err *err)
 	if (v[1] != c->folds_seen) {
 		c->folds_seen = v[1];
 		c->folds_at = now;
-	} else if (c->folds_seen > 0 &&
-		   now - c->folds_at > (double)o->c10d.keep_alive_interval * o->c10d.keep_alive_max_attempt) {
-		/* (before its first fold rank 0 is still in the rendezvous,
-		 * waiting for the slowest node's role_info) */
+	} else if (now - c->folds_at > (double)o->c10d.keep_alive_interval * o->c10d.keep_alive_max_attempt +
+					 (c->folds_seen ? 0 : 0.05 * c->world)) {
+		/* (before its first fold rank 0 may still be in the rendezvous,
+		 * waiting for the slowest node's role_info: 0.05 s a node more) */
 		char pre[64];
 		glog_prefix('W', pre, sizeof(pre));
 		fprintf(stderr, "%srank 0 of the rendezvous '%s' has folded no heartbeat for %.0f s; this node writes its own\n",
