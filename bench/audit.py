@@ -46,7 +46,7 @@ def timed(cmd, env):
         time.sleep(0.02)
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode:
+    if p.returncode and not (p.returncode == 5 and "--audit" in cmd):  # 5: the audit incomplete (a record cap)
         err.seek(0)
         sys.exit("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, err.read()[-2000:]))
     return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), peak

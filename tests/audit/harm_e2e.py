@@ -4,7 +4,7 @@ see (issue 30), end to end: harm_e2e.py DPTP_RUN TORCH_PYTHON CASE [STATIC_EXE].
 
 Cases without torch: options, records, static. With real torch (gloo, 2
 ranks; skipped with 77 where TORCH_PYTHON is ''): slow, slowhang, hangoff,
-exit, crash, restart."""
+exit, crash, restart, worlds."""
 import json
 import os
 import re
@@ -49,7 +49,7 @@ def line_of(script, needle):
     fail("no %r in %s" % (needle, script))
 
 
-def torch_job(script, args=(), extra=()):
+def torch_job(script, args=(), extra=(), nproc=2):
     if not TORCH_PY:
         print("no python with torch: skipped")
         sys.exit(77)
@@ -57,7 +57,7 @@ def torch_job(script, args=(), extra=()):
     if os.path.exists(out):
         os.unlink(out)
     rc, so, se = run(["--audit", "--log-dir", os.path.join(TMP, "logs"), "--audit-output", out] + list(extra) +
-                     [script] + list(args), {"PYTHON_EXEC": TORCH_PY})
+                     [script] + list(args), {"PYTHON_EXEC": TORCH_PY}, nproc=nproc)
     return rc, so, se, report_of(out, rc, se)
 
 
@@ -261,10 +261,27 @@ def case_restart():
         fail("the report does not cover attempt 0: attempts %s, findings %s" % (rep.get("attempts"), found(rep)))
 
 
+def case_worlds():
+    """Two worlds the one worker starts itself: reported world by world, the
+    finding names its world."""
+    a, b = free_port(), free_port()
+    rc, so, se, rep = torch_job("harm_worlds.py", [str(a), str(b)], ["--audit-hang", "10"], nproc=1)
+    line = line_of("harm_worlds.py", "BUG-LINE")
+    ids = {w["id"]: w["status"] for w in rep["worlds"]}
+    wa, wb = "127.0.0.1:%d" % a, "127.0.0.1:%d" % b
+    if ids.get(wa) != "pass" or ids.get(wb) != "fail":
+        fail("worlds %s, expected %s pass and %s fail\n%s" % (ids, wa, wb, se[-3000:]))
+    got = [(f["mechanism"], f["world"], f["ranks"], site_line(f)) for f in rep["findings"]]
+    if got != [("R", wb, [1], line)] or rc != 1:
+        fail("rc %d, findings %s, expected R in world %s at line %d" % (rc, got, wb, line))
+    if "world %s" % wa not in se or "world %s" % wb not in se:
+        fail("the text does not name both worlds:\n" + se[-3000:])
+
+
 try:
     {"options": case_options, "records": case_records, "static": case_static, "slow": case_slow,
      "slowhang": case_slowhang, "hangoff": case_hangoff, "exit": case_exit, "crash": case_crash,
-     "restart": case_restart}[CASE]()
+     "restart": case_restart, "worlds": case_worlds}[CASE]()
     print("ok")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
