@@ -104,7 +104,7 @@ static const struct opt_def opts[O_COUNT] = {
 		"LOCAL_RANK=0 for every worker and CUDA_VISIBLE_DEVICES narrowed to its own device."},
 	/* dptp's own: the audit (launcher/audit/audit.c) */
 	[O_AUDIT] = {"audit", {"--audit"}, 0, NULL, NULL,
-		"Record the workers' torch.distributed calls, groups, sockets, shared memory and devices, and report the DP x TP bug family found in them per DP replica after the job (exit 1 on a finding)."},
+		"Record the workers' torch.distributed calls, groups, sockets, shared memory and devices, and report the DP x TP bug family found in them per DP replica after the job (exit 1 on a finding, 5 when not everything was recorded)."},
 	[O_AUDIT_LAYOUT] = {"audit_layout", {"--audit-layout"}, OPT_VALUE, NULL, NULL,
 		"The job's DPxPPxTP in vLLM's rank order (e.g. 2x1x2); default: inferred from the groups the program creates."},
 	[O_AUDIT_OUTPUT] = {"audit_output", {"--audit-output"}, OPT_VALUE, NULL, NULL,
