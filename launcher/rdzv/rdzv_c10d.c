@@ -543,9 +543,10 @@ static int beat(struct rendezvous *r, struct dptp_err *err)
 		c->folds_seen = v[1];
 		c->folds_at = now;
 	} else if (now - c->folds_at > (double)o->c10d.keep_alive_interval * o->c10d.keep_alive_max_attempt +
-					 (c->folds_seen ? 0 : 0.05 * c->world)) {
+					 (c->folds_seen ? 0 : (double)o->c10d.read)) {
 		/* (before its first fold rank 0 may still be in the rendezvous,
-		 * waiting for the slowest node's role_info: 0.05 s a node more) */
+		 * waiting for the slowest node's role_info, as long as the read
+		 * timeout) */
 		char pre[64];
 		glog_prefix('W', pre, sizeof(pre));
 		fprintf(stderr, "%srank 0 of the rendezvous '%s' has folded no heartbeat for %.0f s; this node writes its own\n",
