@@ -94,13 +94,21 @@ def run_round(kinds, exes, timeout, stats, tmp):
         time.sleep(0.05)
     secs = time.monotonic() - t0
     timed_out = any(r is None for r in rcs)
-    for i, p in enumerate(procs):
-        if rcs[i] is None:
+    # past the timeout: SIGTERM (each agent removes its PMIx folders in
+    # /dev/shm), SIGKILL after 10 s
+    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        left = [p for i, p in enumerate(procs) if rcs[i] is None and p.poll() is None]
+        for p in left:
             try:
-                os.killpg(p.pid, signal.SIGKILL)
+                os.killpg(p.pid, sig)
             except OSError:
                 pass
-            p.wait()
+        end = time.monotonic() + grace
+        for p in left:
+            try:
+                p.wait(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
     text = ""
     for log in logs:
         log.seek(0)
