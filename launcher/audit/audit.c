@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -69,6 +70,7 @@ struct audit {
 	bool hung;              /* the watch ended an attempt: */
 	int hung_attempt;       /* the last such */
 	unsigned nhangs;
+	uint64_t hung_mask;     /* attempts 0..63 the watch ended */
 	char hang_msg[2048];
 	struct audit_exit *exits; /* every worker's exit (grows with workers x attempts) */
 	size_t nexits, capexits;
@@ -551,6 +553,8 @@ static void *watch(void *arg)
 			a->hung = true;
 			a->hung_attempt = att;
 			a->nhangs++;
+			if (att >= 0 && att < 64)
+				a->hung_mask |= (uint64_t)1 << att;
 			snprintf(a->hang_msg, sizeof(a->hang_msg), "%s", msg);
 			fprintf(stderr, "dptp-run --audit: no rank progressed for %g s: %s; ending the job\n", hang_bound(a), msg);
 			char esc[1800]; /* fits lrec's line */
@@ -868,9 +872,9 @@ static int write_json(void *arg, FILE *f)
 	fprintf(f, "{\"tool\": \"dptp-run --audit\", \"version\": \"%s\", \"status\": \"%s\",\n \"layout\": ", DPTP_VERSION,
 		vjson[v->v]);
 	json_layout(f, m ? m : &none);
-	fprintf(f, ",\n \"attempt\": %d, \"attempts\": %d, \"ranks_recorded\": %zu, \"records\": %zu, \"hung\": %s, \"hung_attempt\": %d, \"job_status\": %d, \"records_dir\": ",
+	fprintf(f, ",\n \"attempt\": %d, \"attempts\": %d, \"ranks_recorded\": %zu, \"records\": %zu, \"hung\": %s, \"hung_attempt\": %d, \"hangs\": %u, \"job_status\": %d, \"records_dir\": ",
 		rep->attempts > 0 ? rep->attempts - 1 : 0, rep->attempts, m ? m->nrecorded : 0, rep->nrecords,
-		v->hung_attempt >= 0 ? "true" : "false", v->hung_attempt, v->job_status);
+		v->hung_attempt >= 0 ? "true" : "false", v->hung_attempt, v->a->nhangs, v->job_status);
 	json_str(f, v->a->dir);
 	fputs(",\n \"replicas\": ", f);
 	json_replicas(f, m ? m : &none);
@@ -961,12 +965,17 @@ static void text_gaps(FILE *f, const char *indent, const struct audit_gap *g, si
 	}
 }
 
+static bool hung_in(const struct view *v, int att)
+{
+	return att == v->hung_attempt || (att >= 0 && att < 64 && (v->a->hung_mask >> att & 1));
+}
+
 static void text_world(const struct view *v, const struct audit_result *w, FILE *f)
 {
 	struct dptp_layout l = shown(w);
 	fprintf(f, "dptp-run --audit: world %d = dp %d x pp %d x tp %d (%s), %zu rank%s recorded, attempt %d%s%s%s%s\n", w->world,
 		l.dp, l.pp, l.tp, w->layout_how, w->nrecorded, w->nrecorded == 1 ? "" : "s", w->attempt,
-		w->world_id[0] ? ", world " : "", w->world_id, w->attempt == v->hung_attempt ? ", ended as hung" : "",
+		w->world_id[0] ? ", world " : "", w->world_id, hung_in(v, w->attempt) ? ", ended as hung" : "",
 		w->capped ? ", record cap reached" : "");
 	for (int d = 0; d < l.dp; d++) {
 		int n, first;

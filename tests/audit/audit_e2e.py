@@ -125,6 +125,8 @@ def case_hang():
         fail("findings %s hung %s, expected %s\n%s" % (found(rep), rep["hung"], want, se[-3000:]))
     if sorted(r for f in rep["findings"] for r in f["ranks"]) != [2, 3]:
         fail("ranks: %s" % rep["findings"])
+    if rep.get("hangs") != 2 or se.count(", ended as hung") != 2:  # both attempts' worlds say so
+        fail("hangs %s:\n%s" % (rep.get("hangs"), se[-3000:]))
     if rc == 0 or not re.search(r"no rank progressed for 3 s: .*\brank 2\b.*all_reduce", se):
         fail("rc %d, stderr:\n%s" % (rc, se[-3000:]))
 
