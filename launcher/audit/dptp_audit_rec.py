@@ -45,6 +45,7 @@ _dirty = False    # the program closed or replaced a descriptor: check ours
 _close = os.close
 _records = 0
 _lost = 0
+_dropped = 0      # of _lost: dropped by the cap, not a write that failed
 _max = 200000
 _capped = False
 _how = None       # "atexit" / "_exit" once the end record is written
@@ -155,16 +156,23 @@ def _emit(line):
 
 def _emit_call(line):
     """An op, done, site or dev record: subject to the cap."""
-    global _lost, _capped
+    global _capped
     if _fd < 0 and not _wake():
         return
     if _records >= _max:
         if not _capped:
             _capped = True
             _write('{"k":"cap","max":%d,"t":%.6f}' % (_max, _now()))
-        _lost += 1
+        _over()
         return
     _write(line)
+
+
+def _over():
+    """A record dropped by the cap: counted in lost, and in dropped."""
+    global _lost, _dropped
+    _lost += 1
+    _dropped += 1
 
 
 def _wake():
@@ -420,18 +428,16 @@ def _record_op(dist, name, params, args, kwargs):
         return None
     seq = _seq_of(e)
     if _capped:
-        global _lost
-        _lost += 1
+        _over()
         return e, seq
     _emit_call(_op_line(name, e, seq, spec[0], spec[1], bound, ""))
     return e, seq
 
 
 def _done(rec, err):
-    global _lost
     e, seq = rec
     if _capped:
-        _lost += 1
+        _over()
         return
     _emit_call('{"k":"done",%s,"seq":%d%s,"t":%.6f}' % (e[3], seq, ',"err":true' if err else "", _now()))
 
@@ -582,8 +588,7 @@ def _wrap_fc(dist, name, fn, compiling):
                 seq = _seq_of(e)
                 rec = e, seq
                 if _capped:
-                    global _lost
-                    _lost += 1
+                    _over()
                 else:
                     bound["input"] = bound.get(inp)
                     _emit_call(_op_line(op, e, seq, "input", roots, bound, ',"fc":true'))
@@ -972,8 +977,8 @@ def _end(how, code):
             for (ranks, gn), s in list(_seq.items()):
                 if s[0]:
                     _write('{"k":"count","g":%s,"gn":%d,"seq":%d,"t":%.6f}' % (_ints(ranks), gn, s[0], t))
-        _write('{"k":"end","how":"%s","code":%s,"records":%d,"lost":%d,"t":%.6f}' % (
-            how, "null" if code is None else int(code), _records, _lost, _now()))
+        _write('{"k":"end","how":"%s","code":%s,"records":%d,"lost":%d,"dropped":%d,"t":%.6f}' % (
+            how, "null" if code is None else int(code), _records, _lost, _dropped, _now()))
     except Exception:
         pass
 
@@ -1077,7 +1082,7 @@ def _name():
 def _forked():
     """A forked child (multiprocessing, a DataLoader worker): its own file,
     opened at its first record, with its own hello; nothing of the parent's."""
-    global _fd, _path, _pending, _records, _lost, _capped, _how, _code, _lock, _torn, _dirty, _world_e
+    global _fd, _path, _pending, _records, _lost, _dropped, _capped, _how, _code, _lock, _torn, _dirty, _world_e
     if _fd >= 0:
         try:
             st = os.fstat(_fd)
@@ -1087,7 +1092,7 @@ def _forked():
             pass
     _dirty = False
     _fd, _pending, _path = -1, _now(), _name()
-    _records = _lost = 0
+    _records = _lost = _dropped = 0
     _capped, _how, _code, _torn = False, None, None, False
     _lock = _thread.allocate_lock()
     _groups.clear()

@@ -261,7 +261,7 @@ assert len(records()) == n_before + 2 and rec._fd != fd, (records()[n_before:], 
 path, rec._path = rec._path, "/dev/full"
 os.close(rec._fd)
 assert mod.broadcast(Tensor(), src=0) == "done"
-assert rec._lost == 2, rec._lost
+assert rec._lost == 2 and rec._dropped == 0, (rec._lost, rec._dropped)
 rec._path = path
 os.close(rec._fd)
 
@@ -294,7 +294,8 @@ os.waitpid(pid, 0)
 child = records(os.path.join(out, "a0.p%d.py.jsonl" % pid))
 tail = [(r["k"], r.get("seq")) for r in child[-4:]]
 assert [r["k"] for r in child].count("op") == 2 and tail == [("done", 2), ("cap", None), ("count", 10), ("end", None)], child
-assert (child[-1]["records"], child[-1]["lost"], child[-2]["g"], child[-3]["max"]) == (len(child) - 1, 16, [0, 1], 6), child
+assert (child[-1]["records"], child[-1]["lost"], child[-1]["dropped"], child[-2]["g"], child[-3]["max"]) == \
+    (len(child) - 1, 16, 16, [0, 1], 6), child
 
 # destroy_process_group() of the world, then a new one: a call on the default
 # group names the new world's group, numbered from the start again
