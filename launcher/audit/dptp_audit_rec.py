@@ -845,9 +845,17 @@ def _patch_shm(mod):
 
 
 def _fnv(b):
-    """FNV-1a 64 of a CUDA IPC handle's bytes, as the C recorder's gpu "h"."""
+    """FNV-1a 64 of a CUDA IPC handle's bytes, as the C recorder's gpu "h".
+    torch 2.x wraps the 64 bytes of cudaIpcMemHandle_t in a versioned
+    shareable handle (a version byte, the type 'c' for a cudaMalloc block,
+    then the handle, c10's CUDACachingAllocator): the hash is the 64 bytes'
+    either way. An expandable segment's ('e') carries file descriptors, which
+    the C recorder names by their exporter: its hash matches nothing here."""
+    b = bytes(b)
+    if len(b) == 66 and b[1:2] == b"c":
+        b = b[2:]
     h = 0xcbf29ce484222325
-    for x in bytes(b):
+    for x in b:
         h = ((h ^ x) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     return "%016x" % h
 

@@ -305,4 +305,8 @@ mod._get_default_group = lambda: WORLD2
 mod.broadcast(Tensor(), src=0)
 last = records(kind="op")[-1]
 assert (last["g"], last["gn"], last["seq"]) == ([0, 1, 2], 0, 1), last
+# a CUDA IPC handle as torch 2.x shares it (version byte, 'c', the 64 bytes
+# of cudaIpcMemHandle_t) hashes as the C recorder hashes the raw 64 bytes
+raw = bytes(range(64))
+assert rec._fnv(b"\x02c" + raw) == rec._fnv(b"\x03c" + raw) == rec._fnv(raw) != rec._fnv(b"\x02e" + raw[:63] + b"\0")
 print("ok")

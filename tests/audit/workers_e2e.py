@@ -265,6 +265,10 @@ def case_exec():
 def case_pth():
     need_torch()
     base = os.path.join(TMP, "userbase")
+    if subprocess.run([TORCH_PY, "-c", "import site, sys; sys.exit(site.ENABLE_USER_SITE is not True)"],
+                      env=dict(os.environ, PYTHONUSERBASE=base)).returncode:
+        print("no user site-packages in this Python (a virtualenv): no .pth to put there: skipped")
+        sys.exit(77)
     site = subprocess.run([TORCH_PY, "-c", "import site, sys; sys.stdout.write(site.getusersitepackages())"],
                           env=dict(os.environ, PYTHONUSERBASE=base), capture_output=True, text=True).stdout
     tdir = subprocess.run([TORCH_PY, "-c", "import os, sys, torch; sys.stdout.write(os.path.dirname("
