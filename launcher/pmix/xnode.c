@@ -1009,6 +1009,18 @@ void xnode_finish(struct xnode *x, double timeout)
 	if (!x || x->finish)
 		return;
 	x->finish = 1;
+	/* this node's workers are done: they need no other node's pids. A pids
+	 * exchange whose requests are all sent (the count, and pids_done where
+	 * it was the last) waits only to read them: its connection goes, so
+	 * that a node holds one connection for these exchanges, not two */
+	for (size_t i = x->nops; i-- > 0;) {
+		o = x->ops[i];
+		if (o->st == X_PWAIT && o->outoff == o->out.len) {
+			memmove(&x->ops[i], &x->ops[i + 1], (x->nops - i - 1) * sizeof(x->ops[0]));
+			x->nops--;
+			op_free(o);
+		}
+	}
 	o = op_new(x, timeout);
 	snprintf(key, sizeof(key), "%sworkers_done/count", x->prefix);
 	if (!o || put_u8(o, DPTP_TCPSTORE_ADD) || put_str(o, key, strlen(key)) || put_u64(o, 1)) {

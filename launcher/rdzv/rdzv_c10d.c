@@ -938,8 +938,11 @@ static int connect_store(struct rendezvous *r, const char *host, unsigned port, 
 		.abort_fd = &r->abort_fd};
 	struct dptp_err e = {0};
 	int rc;
+	/* torch's agent and backend share one TCPStore; here two clients (the
+	 * agent's keys under a per-round prefix, the state's raw) on one
+	 * connection: a store of N nodes holds fewer descriptors */
 	if ((rc = dptp_tcpstore_client_create(&co, &r->c10d->c, &e)) < 0 ||
-	    (rc = dptp_tcpstore_client_create(&co, &r->agent, &e)) < 0) {
+	    (rc = dptp_tcpstore_client_share(r->c10d->c, &r->agent, &e)) < 0) {
 		if (rc == -EINTR)
 			return dptp_err_set(err, rc, "a signal arrived during the rendezvous");
 		return dptp_err_set(err, rc, "The connection to the C10d store has failed: %s", e.msg);
@@ -961,7 +964,7 @@ static int c10d_start(struct rendezvous *r, struct dptp_err *err)
 		port = C10D_DEFAULT_PORT;
 	host_it = o->c10d.is_host >= 0 ? o->c10d.is_host == 1 : is_this_machine(host);
 	struct dptp_err fds = {0};
-	int fd_rc = host_it ? rdzv_common_fd_budget(o->max_nodes, &fds) : 0;
+	int fd_rc = host_it ? rdzv_common_fd_budget(o->max_nodes, RDZV_FDS_PER_NODE, &fds) : 0;
 	if (fd_rc < 0 && o->c10d.is_host == 1)
 		return dptp_err_set(err, fd_rc, "%s", fds.msg);
 	if (host_it) {

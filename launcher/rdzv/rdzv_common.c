@@ -71,11 +71,11 @@ static void store_log(void *arg, const char *msg)
 	fprintf(stderr, "%s%s\n", pre, msg);
 }
 
-int rdzv_common_fd_budget(unsigned nodes, struct dptp_err *err)
+int rdzv_common_fd_budget(unsigned nodes, unsigned per_node, struct dptp_err *err)
 {
-	/* each node holds a few connections to the store: the agent's two,
+	/* each node holds a few connections to the store: the agent's one,
 	 * its cross-node PMIx ones (serving, heartbeats, a fence or two) */
-	rlim_t need = (rlim_t)nodes * RDZV_FDS_PER_NODE + 256;
+	rlim_t need = (rlim_t)nodes * per_node + 256;
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
 		return 0;

@@ -120,17 +120,21 @@ unsigned rdzv_common_slots(void);
 /* Python json.dumps of a string (ensure_ascii, with the quotes) into out. */
 void rdzv_common_json_str(const char *s, char *out, size_t len);
 
-/* Connections of one node to the store: 4 held (the agent's two, the
- * cross-node PMIx watch and queue) and, at a worker start or end, 1-2 more
- * while it waits for every node (1024 nodes on the GPU machine: 6016 at
- * the peak); a node that cannot get one waits for all the others. */
-#define RDZV_FDS_PER_NODE 6
+/* Connections of one node to the store: 3 held (the agent's one, shared by
+ * its clients; the cross-node PMIx watch and queue) and, at a worker start
+ * or end, 1 more while it waits for every node (the pids exchange ends
+ * where the finish one starts); a node that cannot get one waits for all
+ * the others. (Before: 4 held and 1-2 more, 6016 for 1024 nodes.) */
+#define RDZV_FDS_PER_NODE 4
+/* static: the agent keeps torch's connection (its bytes are torchrun's) and
+ * dptp-run's own keys on a second one: one more */
+#define RDZV_FDS_PER_NODE_STATIC (RDZV_FDS_PER_NODE + 1)
 /* The store's host: raises the soft RLIMIT_NOFILE towards the hard one
- * where `nodes` nodes' connections (RDZV_FDS_PER_NODE each) need more, and
+ * where `nodes` nodes' connections (per_node each) need more, and
  * the hard one too where the process may (root in a container); -EMFILE
  * with one line naming the limit and the node count where that is not
  * enough. */
-int rdzv_common_fd_budget(unsigned nodes, struct dptp_err *err);
+int rdzv_common_fd_budget(unsigned nodes, unsigned per_node, struct dptp_err *err);
 /* DPTP_STORE_STATS=1: the store's counters (dptp_tcpstore_server_stats),
  * one line on stderr; stops the server first. */
 void rdzv_common_store_stats(struct dptp_tcpstore_server *s);

@@ -310,7 +310,7 @@ static int multi_next(struct rendezvous *r, unsigned restart, struct rdzv_info *
 	r->barrier_n = n;
 	if (!r->agent) {
 		if (me == 0 && !r->server) {
-			DPTP_TRY(rdzv_common_fd_budget(n, err));
+			DPTP_TRY(rdzv_common_fd_budget(n, RDZV_FDS_PER_NODE_STATIC, err));
 			DPTP_TRY(rdzv_common_store_up(r, err));
 		}
 		DPTP_TRY(connect_clients(r, err));

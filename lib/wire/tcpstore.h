@@ -218,7 +218,15 @@ struct dptp_tcpstore_client_opts {
  * caller: dptp_tcpstore_client_destroy(). */
 int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 				struct dptp_tcpstore_client **out, struct dptp_err *err);
-/* Closes the connection and frees; NULL is fine. */
+/* A second client on c's connection (no new connection, no handshake):
+ * its own prefix ("/", as create()'s), timeout and request buffer; c's
+ * abort fd. Calls on the two must not overlap (each call is one request and
+ * its whole reply, so one thread calling both is fine). The connection
+ * closes with the last of them. 0 or -ENOMEM. */
+int dptp_tcpstore_client_share(struct dptp_tcpstore_client *c, struct dptp_tcpstore_client **out,
+			       struct dptp_err *err);
+/* Frees; closes the connection unless a client shared it (see above) and
+ * is not yet destroyed. NULL is fine. */
 void dptp_tcpstore_client_destroy(struct dptp_tcpstore_client *c);
 
 /* Whether the server turned out to be torch before 2.1 (see create()). */

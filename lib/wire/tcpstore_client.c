@@ -21,10 +21,16 @@
  * at most 8 MiB; the legacy backend has no limit). */
 #define RECV_MAX ((uint64_t)1 << 31)
 
-struct dptp_tcpstore_client {
+/* The connection, shared by the clients made with client_share(). */
+struct link {
 	int fd;
 	bool broken;
 	bool legacy;   /* the server is torch before 2.1: legacy opcodes */
+	unsigned refs;
+};
+
+struct dptp_tcpstore_client {
+	struct link *l;
 	char *host;    /* for reconnecting */
 	uint16_t port;
 	double timeout;
@@ -102,7 +108,7 @@ static int remaining_ms(double deadline)
 
 static int fail(struct dptp_tcpstore_client *c, int rc, struct dptp_err *err, const char *what)
 {
-	c->broken = true;
+	c->l->broken = true;
 	switch (rc) {
 	case -ETIMEDOUT:
 		return dptp_err_set(err, rc, "tcpstore %s: timed out %s", c->peer, what);
@@ -230,11 +236,11 @@ static int recv_buf(int fd, struct dptp_tcpstore_buf *out, uint64_t max, double 
 
 static int begin(struct dptp_tcpstore_client *c, uint8_t op, struct dptp_err *err)
 {
-	if (c->broken)
+	if (c->l->broken)
 		return dptp_err_set(err, -ENOTCONN, "tcpstore %s: connection unusable after an earlier error",
 				    c->peer);
 	int wire = op;
-	if (c->legacy && (wire = dptp_tcpstore_op_to_legacy(op)) < 0)
+	if (c->l->legacy && (wire = dptp_tcpstore_op_to_legacy(op)) < 0)
 		return dptp_err_set(err, -ENOTSUP, "tcpstore %s: the server is torch before 2.1, which has no %s",
 				    c->peer, dptp_tcpstore_op_name(op));
 	w_reset(c);
@@ -248,7 +254,7 @@ static int flush(struct dptp_tcpstore_client *c, double deadline, struct dptp_er
 	if (c->w.oom)
 		return dptp_err_set(err, -ENOMEM, "tcpstore: out of memory building %s", what);
 	cur_abort = c->abort_fd;
-	int rc = send_all(c->fd, c->w.buf, c->w.len, deadline);
+	int rc = send_all(c->l->fd, c->w.buf, c->w.len, deadline);
 	if (rc < 0)
 		return fail(c, rc, err, what);
 	return 0;
@@ -329,7 +335,7 @@ static int do_connect(struct dptp_tcpstore_client *c, const char *host, uint16_t
 				int fd = connect_once(ai, deadline);
 				if (fd >= 0) {
 					freeaddrinfo(res);
-					c->fd = fd;
+					c->l->fd = fd;
 					return 0;
 				}
 				last = fd;
@@ -358,11 +364,11 @@ static int do_connect(struct dptp_tcpstore_client *c, const char *host, uint16_t
  * one's pending WAIT with it). */
 static int reconnect(struct dptp_tcpstore_client *c, double deadline, struct dptp_err *err)
 {
-	close(c->fd);
-	c->fd = -1;
+	close(c->l->fd);
+	c->l->fd = -1;
 	int rc = do_connect(c, c->host, c->port, deadline, err);
 	if (rc < 0)
-		c->broken = true;
+		c->l->broken = true;
 	return rc;
 }
 
@@ -372,8 +378,8 @@ static int reconnect(struct dptp_tcpstore_client *c, double deadline, struct dpt
 static int fall_back_to_legacy(struct dptp_tcpstore_client *c, double deadline, struct dptp_err *err)
 {
 	DPTP_TRY(reconnect(c, deadline, err));
-	c->legacy = true;
-	c->broken = false;
+	c->l->legacy = true;
+	c->l->broken = false;
 	int64_t n = 0;
 	double saved = c->timeout;
 	c->timeout = deadline - dptp_now() > 0 ? deadline - dptp_now() : 0.001;
@@ -395,7 +401,13 @@ int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 	if (!c)
 		return dptp_err_set(err, -ENOMEM, "tcpstore: out of memory");
 	int rc;
-	c->fd = -1;
+	c->l = calloc(1, sizeof(*c->l));
+	if (!c->l) {
+		free(c);
+		return dptp_err_set(err, -ENOMEM, "tcpstore: out of memory");
+	}
+	c->l->fd = -1;
+	c->l->refs = 1;
 	c->abort_fd = opts->abort_fd ? *opts->abort_fd : -1;
 	cur_abort = c->abort_fd;
 	c->timeout = opts->timeout > 0 ? opts->timeout : DPTP_TCPSTORE_DEFAULT_TIMEOUT;
@@ -426,7 +438,7 @@ int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 	rc = flush(c, deadline, err, "sending the handshake");
 	uint8_t echo[4];
 	if (rc == 0)
-		rc = recv_all(c->fd, echo, 4, deadline);
+		rc = recv_all(c->l->fd, echo, 4, deadline);
 	if (rc == -ECONNRESET) {
 		rc = fall_back_to_legacy(c, deadline, err);
 		if (rc < 0)
@@ -467,17 +479,41 @@ void dptp_tcpstore_client_destroy(struct dptp_tcpstore_client *c)
 {
 	if (!c)
 		return;
-	if (c->fd >= 0)
-		close(c->fd);
+	if (c->l && --c->l->refs == 0) {
+		if (c->l->fd >= 0)
+			close(c->l->fd);
+		free(c->l);
+	}
 	free(c->host);
 	free(c->prefix);
 	dptp_buf_release(&c->w);
 	free(c);
 }
 
+int dptp_tcpstore_client_share(struct dptp_tcpstore_client *c, struct dptp_tcpstore_client **out,
+			       struct dptp_err *err)
+{
+	struct dptp_tcpstore_client *s = calloc(1, sizeof(*s));
+	*out = NULL;
+	if (!s || !(s->host = strdup(c->host)) || dptp_tcpstore_client_set_prefix(s, "/") < 0) {
+		if (s)
+			free(s->host);
+		free(s);
+		return dptp_err_set(err, -ENOMEM, "tcpstore: out of memory");
+	}
+	s->l = c->l;
+	s->l->refs++;
+	s->port = c->port;
+	s->timeout = c->timeout;
+	s->abort_fd = c->abort_fd;
+	snprintf(s->peer, sizeof(s->peer), "%s", c->peer);
+	*out = s;
+	return 0;
+}
+
 bool dptp_tcpstore_client_legacy(const struct dptp_tcpstore_client *c)
 {
-	return c->legacy;
+	return c->l->legacy;
 }
 
 int64_t dptp_tcpstore_client_init_count(const struct dptp_tcpstore_client *c)
@@ -598,13 +634,13 @@ static int wait_keys(struct dptp_tcpstore_client *c, const char *const *keys, si
 	DPTP_TRY(keys_frame(c, DPTP_TCPSTORE_WAIT, keys, n, err));
 	double deadline = dptp_now() + timeout;
 	DPTP_TRY(flush(c, deadline, err, "sending WAIT"));
-	int r = wait_readable(c->fd, deadline);
+	int r = wait_readable(c->l->fd, deadline);
 	if (r < 0)
 		return fail(c, r, err, "during WAIT");
 	uint8_t v = 0xff;
 	double drain = dptp_now() + (c->timeout < 30 ? c->timeout : 30);
 	if (r > 0) {
-		int rc = recv_u8(c->fd, &v, drain);
+		int rc = recv_u8(c->l->fd, &v, drain);
 		if (rc < 0)
 			return fail(c, rc, err, "reading the WAIT reply");
 		if (v != DPTP_TCPSTORE_STOP_WAITING)
@@ -613,7 +649,7 @@ static int wait_keys(struct dptp_tcpstore_client *c, const char *const *keys, si
 	}
 	char names[512];
 	keys_text(c, keys, n, names, sizeof(names));
-	if (c->legacy) {
+	if (c->l->legacy) {
 		/* torch 1.13 has no CANCEL_WAIT: a new connection ends the wait */
 		int rc = reconnect(c, drain, err);
 		if (rc < 0)
@@ -624,13 +660,13 @@ static int wait_keys(struct dptp_tcpstore_client *c, const char *const *keys, si
 	/* timed out: CANCEL_WAIT, then drain a late STOP_WAITING and WAIT_CANCELED */
 	DPTP_TRY(begin(c, DPTP_TCPSTORE_CANCEL_WAIT, err));
 	DPTP_TRY(flush(c, drain, err, "sending CANCEL_WAIT"));
-	int rc = recv_u8(c->fd, &v, drain);
+	int rc = recv_u8(c->l->fd, &v, drain);
 	if (rc < 0)
 		return fail(c, rc, err, "reading the CANCEL_WAIT reply");
 	bool arrived = false;
 	if (v == DPTP_TCPSTORE_STOP_WAITING) {
 		arrived = true;
-		rc = recv_u8(c->fd, &v, drain);
+		rc = recv_u8(c->l->fd, &v, drain);
 		if (rc < 0)
 			return fail(c, rc, err, "reading the CANCEL_WAIT reply");
 	}
@@ -664,7 +700,7 @@ int dptp_tcpstore_client_get(struct dptp_tcpstore_client *c, const char *key,
 	DPTP_TRY(key_frame(c, DPTP_TCPSTORE_GET, key, err));
 	double deadline = deadline_of(c);
 	DPTP_TRY(flush(c, deadline, err, "sending GET"));
-	int rc = recv_buf(c->fd, out, RECV_MAX, deadline);
+	int rc = recv_buf(c->l->fd, out, RECV_MAX, deadline);
 	if (rc < 0)
 		return fail(c, rc, err, "reading the GET reply");
 	return 0;
@@ -674,7 +710,7 @@ static int reply_i64(struct dptp_tcpstore_client *c, double deadline, int64_t *v
 		     struct dptp_err *err, const char *what)
 {
 	uint64_t u = 0;
-	int rc = recv_u64(c->fd, &u, deadline);
+	int rc = recv_u64(c->l->fd, &u, deadline);
 	if (rc < 0)
 		return fail(c, rc, err, what);
 	if (v)
@@ -712,7 +748,7 @@ int dptp_tcpstore_client_add_many(struct dptp_tcpstore_client *c, const char *co
 	}
 	double deadline = deadline_of(c);
 	cur_abort = c->abort_fd;
-	int rc = n ? send_all(c->fd, all.buf, all.len, deadline) : 0;
+	int rc = n ? send_all(c->l->fd, all.buf, all.len, deadline) : 0;
 	dptp_buf_release(&all);
 	if (rc < 0)
 		return fail(c, rc, err, "sending ADDs");
@@ -728,7 +764,7 @@ int dptp_tcpstore_client_check(struct dptp_tcpstore_client *c, const char *const
 	double deadline = deadline_of(c);
 	DPTP_TRY(flush(c, deadline, err, "sending CHECK"));
 	uint8_t v = 0;
-	int rc = recv_u8(c->fd, &v, deadline);
+	int rc = recv_u8(c->l->fd, &v, deadline);
 	if (rc < 0)
 		return fail(c, rc, err, "reading the CHECK reply");
 	if (v > DPTP_TCPSTORE_NOT_READY)
@@ -751,7 +787,7 @@ int dptp_tcpstore_client_compare_set(struct dptp_tcpstore_client *c, const char 
 	double deadline = deadline_of(c);
 	DPTP_TRY(flush(c, deadline, err, "sending COMPARE_SET"));
 	struct dptp_tcpstore_buf tmp = {0};
-	int rc = recv_buf(c->fd, &tmp, RECV_MAX, deadline);
+	int rc = recv_buf(c->l->fd, &tmp, RECV_MAX, deadline);
 	if (rc < 0)
 		return fail(c, rc, err, "reading the COMPARE_SET reply");
 	if (current)
@@ -787,7 +823,7 @@ int dptp_tcpstore_client_multi_get(struct dptp_tcpstore_client *c, const char *c
 	if (!v)
 		return fail(c, -ENOMEM, err, "for MULTI_GET");
 	for (size_t i = 0; i < n; i++) {
-		int rc = recv_buf(c->fd, &v[i], RECV_MAX, deadline);
+		int rc = recv_buf(c->l->fd, &v[i], RECV_MAX, deadline);
 		if (rc < 0) {
 			dptp_tcpstore_bufs_free(v, i);
 			return fail(c, rc, err, "reading the MULTI_GET reply");
@@ -839,7 +875,7 @@ int dptp_tcpstore_client_queue_pop(struct dptp_tcpstore_client *c, const char *k
 	DPTP_TRY(reply_i64(c, deadline, &size, err, "reading the QUEUE_POP reply"));
 	if (size == 0)
 		return dptp_err_set(err, -EAGAIN, "queue is empty");
-	int rc = recv_buf(c->fd, out, RECV_MAX, deadline);
+	int rc = recv_buf(c->l->fd, out, RECV_MAX, deadline);
 	if (rc < 0)
 		return fail(c, rc, err, "reading the QUEUE_POP value");
 	return 0;
@@ -873,7 +909,7 @@ int dptp_tcpstore_client_list_keys(struct dptp_tcpstore_client *c, char ***keys,
 	size_t got = 0;
 	for (int64_t i = 0; i < count; i++) {
 		struct dptp_tcpstore_buf b = {0};
-		int rc = recv_buf(c->fd, &b, DPTP_TCPSTORE_MAX_KEY * 16, deadline);
+		int rc = recv_buf(c->l->fd, &b, DPTP_TCPSTORE_MAX_KEY * 16, deadline);
 		if (rc < 0) {
 			dptp_tcpstore_keys_free(out, got);
 			return fail(c, rc, err, "reading the LIST_KEYS reply");
