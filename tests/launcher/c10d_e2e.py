@@ -223,7 +223,11 @@ def case_scale():
     # torch's protocol every node writes it at least once to join, again to
     # close and once per heartbeat interval: over 4 x 127 writes here. With
     # the combined join and rank 0's folded heartbeats: a few per second of
-    # the round. Also: every node ends with 0, no heartbeat warning.
+    # the round. Also: every node ends with 0, no heartbeat warning, and
+    # the nodes behind the proxy hold at most 4 connections each at once
+    # (RDZV_FDS_PER_NODE, what the store's host budgets descriptors for:
+    # the agent's one, the PMIx watch and queue, one pids or finish
+    # exchange; there were 5 at the pids exchange: the agent's two).
     sys.path.insert(0, HERE)
     from store_proxy import Proxy
     n = int(os.environ.get("DPTP_C10D_SCALE_N", "128"))
@@ -264,10 +268,12 @@ def case_scale():
             check(p.returncode == 0, "node %d: rc %d: %s" % (k, p.returncode, t[-2000:]))
             check("heartbeat" not in t.lower(), "node %d warned about heartbeats: %s" % (k, t[-2000:]))
         writes = proxy.cas.get("/torch.rendezvous.scale", 0)
-        print("%d nodes, %d through the proxy (%d connections): %d state writes, operations %s" % (
-            n, n - 1, proxy.connections, writes, dict(proxy.ops)))
+        print("%d nodes, %d through the proxy (%d connections, %d at once at the peak): %d state writes, "
+              "operations %s" % (n, n - 1, proxy.connections, proxy.peak, writes, dict(proxy.ops)))
         check(proxy.bad is None, "the proxy could not cut a frame: %s" % proxy.bad)
         check(proxy.ops["compare_set"] >= n - 1, "the proxy saw no constructor COMPARE_SET per node: %s" % proxy.ops)
+        check(proxy.peak <= 4 * (n - 1), "%d nodes held %d connections to the store at once (at most 4 each: %d)" % (
+            n - 1, proxy.peak, 4 * (n - 1)))
         check(writes <= n // 4, "%d nodes wrote the rendezvous state %d times (at most %d)" % (n - 1, writes, n // 4))
     finally:
         for log in logs:

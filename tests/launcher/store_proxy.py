@@ -68,6 +68,7 @@ class Pair:
         self.c, self.u = c, u
         self.to_u, self.to_c = bytearray(), bytearray()
         self.parse = bytearray()
+        self.dropped = False
 
 
 class Proxy:
@@ -83,6 +84,8 @@ class Proxy:
         self.ops = collections.Counter()
         self.cas = collections.Counter()  # key -> COMPARE_SETs with a non-empty expected value
         self.connections = 0
+        self.live = 0  # connections open now
+        self.peak = 0  # the most open at once
         self.bad = None
         self._stop = False
         self._t = None
@@ -106,6 +109,9 @@ class Proxy:
             self.sel.modify(s, ev, pr)
 
     def _drop(self, pr):
+        if not pr.dropped:
+            pr.dropped = True
+            self.live -= 1
         for s in (pr.c, pr.u):
             try:
                 self.sel.unregister(s)
@@ -145,6 +151,8 @@ class Proxy:
                         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     pr = Pair(c, u)
                     self.connections += 1
+                    self.live += 1
+                    self.peak = max(self.peak, self.live)
                     self.sel.register(c, selectors.EVENT_READ, pr)
                     self.sel.register(u, selectors.EVENT_READ, pr)
                     continue
