@@ -36,11 +36,15 @@ static void append(const char *name, const char *fmt, va_list ap)
 {
 	char path[128];
 	snprintf(path, sizeof(path), "%s/%s", arec_dir, name);
+	char *line = NULL;
+	int n = vasprintf(&line, fmt, ap);
+	assert_true(n >= 0);
 	FILE *f = fopen(path, "a");
 	assert_non_null(f);
-	vfprintf(f, fmt, ap);
+	fputs(line, f);
 	fputc('\n', f);
 	fclose(f);
+	free(line);
 }
 
 void arec(int pid, const char *kind, const char *fmt, ...)
