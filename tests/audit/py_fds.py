@@ -32,4 +32,7 @@ world = weakref.ref(dist.distributed_c10d._get_default_group())
 dist.destroy_process_group()
 gc.collect()
 counts["world_freed"] = world() is None
-print("COUNTS", json.dumps(counts), flush=True)
+# one write(2) of the whole line: the two ranks share dptp-run's stdout, and
+# print() may write "COUNTS", the JSON and the newline separately (unbuffered)
+sys.stdout.flush()
+os.write(1, ("COUNTS %s\n" % json.dumps(counts)).encode())
