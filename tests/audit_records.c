@@ -122,14 +122,14 @@ void arec_print(void)
 {
 	for (size_t w = 0; w < arec_rep.nw; w++) {
 		const struct audit_result *r = &arec_rep.w[w];
-		print_message("world '%s' att %d size %d: %zu findings, %zu gaps\n", r->world_id, r->attempt, r->world, r->nf,
+		print_message("# world '%s' att %d size %d: %zu findings, %zu gaps\n", r->world_id, r->attempt, r->world, r->nf,
 			r->ngaps);
 		for (size_t i = 0; i < r->nf; i++)
-			print_message("  %c [%s] %s\n", r->f[i].mech, r->f[i].site, r->f[i].detail);
+			print_message("#   %c [%s] %s\n", r->f[i].mech, r->f[i].site, r->f[i].detail);
 		for (size_t i = 0; i < r->ngaps; i++)
-			print_message("  gap rank %d pid %d: %s\n", r->gaps[i].rank, (int)r->gaps[i].pid, r->gaps[i].why);
+			print_message("#   gap rank %d pid %d: %s\n", r->gaps[i].rank, (int)r->gaps[i].pid, r->gaps[i].why);
 	}
 	for (size_t i = 0; i < arec_rep.ngaps; i++)
-		print_message("  job gap rank %d pid %d: %s\n", arec_rep.gaps[i].rank, (int)arec_rep.gaps[i].pid,
+		print_message("#   job gap rank %d pid %d: %s\n", arec_rep.gaps[i].rank, (int)arec_rep.gaps[i].pid,
 			arec_rep.gaps[i].why);
 }

@@ -123,7 +123,7 @@ static void test_healthy(void **state)
 	assert_int_equal(res.layout.dp, 2);
 	assert_int_equal(res.layout.tp, 2);
 	for (size_t i = 0; i < res.nf; i++)
-		print_message("unexpected: %c %s\n", res.f[i].mech, res.f[i].detail);
+		print_message("# unexpected: %c %s\n", res.f[i].mech, res.f[i].detail);
 	assert_int_equal(res.nf, 0);
 	done();
 }
@@ -148,7 +148,7 @@ static void test_nccl_own_port(void **state)
 	nccl_ras_job(true);
 	analyze(&res, false);
 	for (size_t i = 0; i < res.nf; i++)
-		print_message("unexpected: %c %s\n", res.f[i].mech, res.f[i].detail);
+		print_message("# unexpected: %c %s\n", res.f[i].mech, res.f[i].detail);
 	assert_int_equal(res.nf, 0);
 	done();
 }

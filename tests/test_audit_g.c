@@ -97,7 +97,7 @@ static void sample(const char *name, size_t want_g)
 	assert_int_equal(w->layout.dp, 2);
 	size_t g = 0;
 	for (size_t i = 0; i < w->nf; i++) {
-		print_message("%s: %c %s %s\n", name, w->f[i].mech, w->f[i].site, w->f[i].detail);
+		print_message("# %s: %c %s %s\n", name, w->f[i].mech, w->f[i].site, w->f[i].detail);
 		if (w->f[i].mech != 'G')
 			continue;
 		g++;

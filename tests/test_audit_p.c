@@ -139,13 +139,13 @@ static void test_pending(void **state)
 	/* rank 0 now waits in an all-reduce where rank 1 waits in the barrier */
 	op(0, "all_reduce", 0, 1, 0, 5, 3, false);
 	assert_int_equal(audit_analyze_pending(arec_dir, msg, sizeof(msg), pids, &npids, 16, &att), 1);
-	print_message("%s\n", msg);
+	print_message("# %s\n", msg);
 	assert_non_null(strstr(msg, "call #2 on group [0,1]: rank 0 waits in all_reduce(n=1) at x.py:5, rank 1 in barrier"));
 	assert_int_equal(att, 0);
 	/* rank 0 enters a third: rank 1 is behind, by a step rank 0 never took */
 	op(0, "all_reduce", 0, 1, 0, 5, 4, false);
 	assert_int_equal(audit_analyze_pending(arec_dir, msg, sizeof(msg), pids, &npids, 16, &att), 1);
-	print_message("%s\n", msg);
+	print_message("# %s\n", msg);
 	assert_non_null(strstr(msg, "rank 1 entered 1 all_reduce on group [0,1] at x.py:5, rank 0 entered 3"));
 	/* rank 1 ends: it left, rank 0 waits for it */
 	arec_end(1);
