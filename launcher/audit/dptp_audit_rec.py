@@ -62,7 +62,9 @@ _tls = _Local()
 _lock = _thread.allocate_lock()
 _groups = {}      # id(pg) -> (ranks tuple, gn, weak ref, JSON '"g":[..],"gn":N')
 _ngroups = {}     # ranks tuple -> groups created with that member list
-_seq = {}         # (ranks, gn) -> calls so far
+_seq = {}         # (ranks, gn) -> [calls, collectives, sum of their terms past the cap]
+_sigh = {}        # signature -> its FNV-1a 64 (the sum's cache)
+_sigk = {}        # (op, numel, dtype, roots) -> the same, without the string
 _listed = set()   # member lists a functional collective named, not a group
 _world_e = None   # the default group's entry, once a call used it
 _sites = {}       # code object, line -> JSON-quoted "file:line"
@@ -155,17 +157,19 @@ def _emit(line):
 
 
 def _emit_call(line):
-    """An op, done, site or dev record: subject to the cap."""
+    """An op, done, site or dev record: subject to the cap. False when the
+    cap dropped it."""
     global _capped
     if _fd < 0 and not _wake():
-        return
+        return True
     if _records >= _max:
         if not _capped:
             _capped = True
             _write('{"k":"cap","max":%d,"t":%.6f}' % (_max, _now()))
         _over()
-        return
+        return False
     _write(line)
+    return True
 
 
 def _over():
@@ -283,7 +287,7 @@ def _register(ranks, pg, site, backend=None):
                 ref = _weakref.ref(pg, _drop(id(pg)))
             except TypeError:  # not weakly referable: held until destroyed
                 ref = (lambda p: lambda: p)(pg)
-        e = (ranks, gn, ref, '"g":%s,"gn":%d' % (_ints(ranks), gn), _seq.setdefault((ranks, gn), [0]))
+        e = (ranks, gn, ref, '"g":%s,"gn":%d' % (_ints(ranks), gn), _seq.setdefault((ranks, gn), [0, 0, 0]))
         if pg is not None:
             _groups[id(pg)] = e
     _emit('{"k":"group",%s,"site":%s%s,"t":%.6f}' % (
@@ -349,6 +353,8 @@ _OPS = {
     "recv_object_list": ("object_list", ("src", "group_src"), False),
 }
 _ROOT_KEY = {"src": "src", "dst": "dst", "group_src": "gsrc", "group_dst": "gdst"}
+# point-to-point calls: no place among a group's collectives, not summed
+_P2P = frozenset(("send", "recv", "isend", "irecv", "send_object_list", "recv_object_list"))
 
 # torch.distributed._functional_collectives (torch 2.x): name -> (the op it
 # is recorded as, the input parameter, the root parameters)
@@ -367,20 +373,21 @@ _FC = {
 }
 
 
-def _seq_of(e):
-    c = e[4]  # calls on one group from two threads at once are the program's race
-    c[0] += 1
-    return c[0]
-
-
-def _op_line(name, e, seq, spec_in, roots, bound, extra):
+def _roots(roots, bound):
+    """[(record key, value)] of the roots passed, in the order of roots."""
+    out = []
     for p in roots:
         v = bound.get(p)
         if v is not None:
             try:
-                extra += ',"%s":%d' % (_ROOT_KEY[p], int(v))
+                out.append((_ROOT_KEY[p], int(v)))
             except (TypeError, ValueError):
                 pass
+    return out
+
+
+def _size(name, spec_in, bound):
+    """(n, dtype name or None, device) as the op record carries them."""
     n, dt, dev = -1, None, None
     if spec_in == "object_list":
         try:
@@ -391,6 +398,80 @@ def _op_line(name, e, seq, spec_in, roots, bound, extra):
         n, dt, dev = _tensor_info(bound.get(spec_in))
     if name == "all_to_all_single" and (bound.get("input_split_sizes") or bound.get("output_split_sizes")):
         n = -1
+    return n, dt, dev
+
+
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
+def _sig_h(sig):
+    """FNV-1a 64 of a call's signature, cached (signatures repeat)."""
+    h = _sigh.get(sig)
+    if h is None:
+        h = 0xcbf29ce484222325
+        for x in sig.encode("utf-8", "replace"):
+            h = ((h ^ x) * 0x100000001b3) & _M64
+        if len(_sigh) < 4096:
+            _sigh[sig] = h
+    return h
+
+
+def _term(sig, pos):
+    """A collective's term of the count record's hs: splitmix64's finalizer
+    of its signature's hash plus its place among the group's collectives
+    (/work/contract.md, 08:25)."""
+    z = (_sig_h(sig) + pos * 0x9E3779B97F4A7C15) & _M64
+    z ^= z >> 30
+    z = (z * 0xBF58476D1CE4E5B9) & _M64
+    z ^= z >> 27
+    z = (z * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def _call(name, e, spec_in, roots, bound, extra):
+    """The op record of a call on e's group (or, past the cap, its term in
+    the group's sum); returns (e, seq) for its done record."""
+    c = e[4]  # calls on one group from two threads at once are the program's race
+    c[0] += 1
+    seq = c[0]
+    pos = -1
+    if name not in _P2P:
+        pos = c[1]
+        c[1] = pos + 1
+    if _capped:
+        _over()
+    elif _emit_call(_op_line(name, e, seq, spec_in, roots, bound, extra)):
+        return e, seq
+    if pos < 0:
+        return e, seq
+    # the signature's hash, cached by what it is made of when the input is
+    # a tensor (numel and dtype read directly: this runs on every call past
+    # the cap); else by the signature's string
+    r = tuple(_roots(roots, bound)) if roots else ()
+    key = h = None
+    if spec_in is not None and name != "all_to_all_single":
+        try:
+            x = bound.get(spec_in)
+            key = name, x.numel(), x.dtype, r
+            h = _sigk.get(key)
+        except Exception:
+            key = None
+    if h is None:
+        n, dt, _ = _size(name, spec_in, bound)
+        h = _sig_h("%s|%d|%s|%s" % (name, n, dt or "", ",".join("%s=%d" % kv for kv in r)))
+        if key is not None and len(_sigk) < 4096:
+            _sigk[key] = h
+    z = (h + pos * 0x9E3779B97F4A7C15) & _M64  # _term(), inline
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    c[2] = (c[2] + (z ^ (z >> 31))) & _M64
+    return e, seq
+
+
+def _op_line(name, e, seq, spec_in, roots, bound, extra):
+    for kv in _roots(roots, bound):
+        extra += ',"%s":%d' % kv
+    n, dt, dev = _size(name, spec_in, bound)
     if dt:
         extra += ',"dt":"%s"' % dt
     if dev is not None and dev.type != "cpu":
@@ -426,12 +507,7 @@ def _record_op(dist, name, params, args, kwargs):
     e = _group_key(dist, bound.get("group"))
     if e is None:
         return None
-    seq = _seq_of(e)
-    if _capped:
-        _over()
-        return e, seq
-    _emit_call(_op_line(name, e, seq, spec[0], spec[1], bound, ""))
-    return e, seq
+    return _call(name, e, spec[0], spec[1], bound, "")
 
 
 def _done(rec, err):
@@ -561,7 +637,7 @@ def _fc_key(dist, group):
         with _lock:
             new = ranks not in _ngroups and ranks not in _listed
             _listed.add(ranks)
-            e = (ranks, 0, _nothing, '"g":%s,"gn":0' % _ints(ranks), _seq.setdefault((ranks, 0), [0]))
+            e = (ranks, 0, _nothing, '"g":%s,"gn":0' % _ints(ranks), _seq.setdefault((ranks, 0), [0, 0, 0]))
         if new:
             _emit('{"k":"group",%s,"site":%s,"t":%.6f}' % (e[3], _site(), _now()))
         return e
@@ -585,13 +661,8 @@ def _wrap_fc(dist, name, fn, compiling):
                 bound.update(kwargs)
             e = _fc_key(dist, bound.get("group"))
             if e is not None:
-                seq = _seq_of(e)
-                rec = e, seq
-                if _capped:
-                    _over()
-                else:
-                    bound["input"] = bound.get(inp)
-                    _emit_call(_op_line(op, e, seq, "input", roots, bound, ',"fc":true'))
+                bound["input"] = bound.get(inp)
+                rec = _call(op, e, "input", roots, bound, ',"fc":true')
         except Exception:
             pass
         t.inside = True
@@ -644,6 +715,8 @@ def _wrap_destroy(dist, fn):
             c10d = dist.distributed_c10d
             if group is None or group is getattr(c10d.GroupMember, "WORLD", None):
                 global _world_e
+                if _capped:  # this world's counts, before they start over
+                    _counts()
                 with _lock:  # the world is gone: a new init starts over
                     _world_e = None
                     _groups.clear()
@@ -981,14 +1054,21 @@ def _end(how, code):
         if _fd < 0 and not _wake():
             return
         if _capped:
-            t = _now()
-            for (ranks, gn), s in list(_seq.items()):
-                if s[0]:
-                    _write('{"k":"count","g":%s,"gn":%d,"seq":%d,"t":%.6f}' % (_ints(ranks), gn, s[0], t))
+            _counts()
         _write('{"k":"end","how":"%s","code":%s,"records":%d,"lost":%d,"dropped":%d,"t":%.6f}' % (
             how, "null" if code is None else int(code), _records, _lost, _dropped, _now()))
     except Exception:
         pass
+
+
+def _counts():
+    """The count records of the groups with calls (past the cap): calls (seq),
+    collectives (nc) and the sum of the terms of those not written (hs)."""
+    t = _now()
+    for (ranks, gn), s in list(_seq.items()):
+        if s[0]:
+            _write('{"k":"count","g":%s,"gn":%d,"seq":%d,"nc":%d,"hs":"%016x","t":%.6f}' % (
+                _ints(ranks), gn, s[0], s[1], s[2], t))
 
 
 def _atexit():

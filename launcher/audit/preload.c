@@ -291,15 +291,15 @@ static void write_line(struct line *l)
 
 /* A record of the program's calls: written while under the cap
  * (DPTP_AUDIT_MAX_RECORDS); the first one over it writes the `cap` record,
- * and the ones after are counted lost. */
-static void emit(struct line *l)
+ * and the ones after are counted lost. False when the cap dropped it. */
+static bool emit(struct line *l)
 {
 	if (__atomic_load_n(&rec_fd, __ATOMIC_RELAXED) < 0)
-		return;
+		return true;
 	unsigned long n = __atomic_add_fetch(&n_taken, 1, __ATOMIC_RELAXED);
 	if (n <= rec_max) {
 		write_line(l);
-		return;
+		return true;
 	}
 	__atomic_add_fetch(&n_lost, 1, __ATOMIC_RELAXED);
 	if (n == rec_max + 1) {
@@ -308,7 +308,15 @@ static void emit(struct line *l)
 		put_key_int(&c, "max", (long long)rec_max);
 		write_line(&c);
 	}
+	return false;
 }
+
+static bool capped(void)
+{
+	return __atomic_load_n(&n_taken, __ATOMIC_RELAXED) > rec_max;
+}
+
+static void counts(void);
 
 /* The file name of the object holding the code at ret (a caller's return
  * address) and the offset into it; NULL when unknown. */
@@ -567,6 +575,8 @@ static void end(const char *how, int code, bool known)
 	    __atomic_exchange_n(&rec_ended, 1, __ATOMIC_ACQ_REL))
 		return;
 	struct line l;
+	if (capped())
+		counts();
 	begin(&l, "end", NULL);
 	put(&l, ",\"how\":\"");
 	put(&l, how);
@@ -580,6 +590,8 @@ static void end(const char *how, int code, bool known)
 	write_line(&l);
 }
 
+static void comm_counts_clear(void);
+
 /* In a forked child: its own file, counts and hello; the parent's
  * descriptor is closed only when it still is the parent's file. */
 static void after_fork_child(void)
@@ -591,6 +603,7 @@ static void after_fork_child(void)
 	if (old >= 0 && is_rec(old))
 		close(old);
 	n_written = n_lost = n_taken = 0;
+	comm_counts_clear();
 	rec_ended = 0;
 	exit_known = false;
 	me.img = 0;
@@ -989,11 +1002,14 @@ EXPORT int cudaSetDevice(int dev)
 	return rc;
 }
 
-/* communicators by address, named by a hash of their unique id */
+/* communicators by address, named by a hash of their unique id; per
+ * communicator its calls, its collectives and, past the cap, the sum of the
+ * terms of the collectives not recorded (the count record's hs) */
 #define MAX_COMMS 256
 static struct {
 	nccl_comm comm;
 	uint64_t id;
+	uint64_t calls, ncoll, hs;
 } comms[MAX_COMMS];
 static int ncomms;
 static pthread_mutex_t comms_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -1014,12 +1030,41 @@ static void comm_note(nccl_comm c, uint64_t id)
 	pthread_mutex_unlock(&comms_mu);
 }
 
-static uint64_t comm_id(nccl_comm c)
+static int comm_slot(nccl_comm c)
 {
 	for (int i = 0; i < ncomms && i < MAX_COMMS; i++)
 		if (comms[i].comm == c)
-			return comms[i].id;
-	return 0;
+			return i;
+	return -1;
+}
+
+static uint64_t comm_id(nccl_comm c)
+{
+	int i = comm_slot(c);
+	return i < 0 ? 0 : comms[i].id;
+}
+
+static void comm_counts_clear(void)
+{
+	for (int i = 0; i < ncomms && i < MAX_COMMS; i++)
+		comms[i].calls = comms[i].ncoll = comms[i].hs = 0;
+}
+
+/* at the end, past the cap: one count record per communicator with calls */
+static void counts(void)
+{
+	for (int i = 0; i < ncomms && i < MAX_COMMS; i++) {
+		uint64_t calls = __atomic_load_n(&comms[i].calls, __ATOMIC_RELAXED);
+		if (!calls)
+			continue;
+		struct line l;
+		begin(&l, "count", NULL);
+		put_hex(&l, "id", comms[i].id);
+		put_key_int(&l, "seq", (long long)calls);
+		put_key_int(&l, "nc", (long long)__atomic_load_n(&comms[i].ncoll, __ATOMIC_RELAXED));
+		put_hex(&l, "hs", __atomic_load_n(&comms[i].hs, __ATOMIC_RELAXED));
+		write_line(&l);
+	}
 }
 
 static void nccl_init_record(uint64_t id, int nranks, int rank, int rc)
@@ -1107,22 +1152,49 @@ EXPORT int ncclCommSplit(nccl_comm comm, int color, int key, nccl_comm *newcomm,
 	return rc;
 }
 
+/* The term of a collective the cap dropped: its signature
+ * "op|n|nccl<dt>|root=R" (audit_rec.h) at place pos. */
+static uint64_t nccl_term(const char *op, size_t count, int dtype, int root, uint64_t pos)
+{
+	struct line s = {.n = 0};
+	put(&s, op);
+	put(&s, "|");
+	put_int(&s, (long long)count);
+	put(&s, "|nccl");
+	put_int(&s, dtype);
+	put(&s, "|");
+	if (root >= 0) {
+		put(&s, "root=");
+		put_int(&s, root);
+	}
+	return dptp_audit_term(dptp_audit_sig_hash(s.b, s.n), pos);
+}
+
 static void nccl_op_record(const char *op, nccl_comm comm, size_t count, int dtype, int root, int rc)
 {
 	struct line l;
 	if (rec_fd < 0)
 		return;
+	int slot = comm_slot(comm);
+	bool coll = strcmp(op, "send") && strcmp(op, "recv");
+	uint64_t pos = 0;
+	if (slot >= 0) {
+		__atomic_add_fetch(&comms[slot].calls, 1, __ATOMIC_RELAXED);
+		if (coll)
+			pos = __atomic_fetch_add(&comms[slot].ncoll, 1, __ATOMIC_RELAXED);
+	}
 	begin(&l, "nccl", "op");
 	put(&l, ",\"op\":\"");
 	put(&l, op);
 	put(&l, "\"");
-	put_hex(&l, "id", comm_id(comm));
+	put_hex(&l, "id", slot < 0 ? 0 : comms[slot].id);
 	put_key_int(&l, "n", (long long)count);
 	put_key_int(&l, "dt", dtype);
 	if (root >= 0)
 		put_key_int(&l, "root", root);
 	put_key_int(&l, "rc", rc);
-	emit(&l);
+	if (!emit(&l) && slot >= 0 && coll)
+		__atomic_add_fetch(&comms[slot].hs, nccl_term(op, count, dtype, root, pos), __ATOMIC_RELAXED);
 }
 
 /* A collective: its record, then the next definition. PARAMS and ARGS

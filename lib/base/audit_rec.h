@@ -45,7 +45,11 @@
  *          ino: that st_ino; xpid: that exporter pid
  *   cap    max                               the per-process record cap
  *                                            (DPTP_AUDIT_MAX_RECORDS) reached
- *   count  g gn seq                          calls per group after the cap
+ *   count  g gn seq nc hs (py) | id seq nc hs (c: an NCCL communicator)
+ *                                            at the end, after the cap: per
+ *          group (communicator) the calls (seq), the collectives (nc) and
+ *          hs, 16 hex digits: the sum mod 2^64 of dptp_audit_term() over
+ *          the collectives not written as op (nccl) records (below)
  *   end    how(exit|_exit|atexit) code(null: unknown) records lost
  *          (records: written by this image before it, its hello included;
  *          lost: not written: write errors, short writes, over the cap)
@@ -108,5 +112,33 @@ const char *dptp_audit_rec_str(const struct dptp_audit_rec *r, const char *key, 
 /* The integer, or dflt when absent, null or not an integer. */
 int64_t dptp_audit_rec_int(const struct dptp_audit_rec *r, const char *key, int64_t dflt);
 bool dptp_audit_rec_has(const struct dptp_audit_rec *r, const char *key);
+
+/* Calls past the cap are compared by a sum of terms (/work/contract.md,
+ * 08:25 UTC). A collective's signature is what its record would carry:
+ * "op|n|dt|roots" for an op record (n -1 and dt "" when it has none; roots
+ * "src=1", in the order src, dst, gsrc, gdst, joined by ","), and
+ * "op|n|nccl<dt>|root=R" for an nccl op record (root=R when it has a root).
+ * Point-to-point calls (send, recv, isend, irecv, send/recv_object_list)
+ * have no term. */
+
+/* FNV-1a 64 of a signature's n bytes */
+static inline uint64_t dptp_audit_sig_hash(const char *sig, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)sig[i]) * 0x100000001b3ULL;
+	return h;
+}
+
+/* The term of the collective with signature hash sig_h at place pos (from
+ * 0) among its process's collectives on its group: splitmix64's finalizer
+ * of sig_h + pos * 0x9E3779B97F4A7C15 (mod 2^64). */
+static inline uint64_t dptp_audit_term(uint64_t sig_h, uint64_t pos)
+{
+	uint64_t z = sig_h + pos * 0x9E3779B97F4A7C15ULL;
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+	return z ^ (z >> 31);
+}
 
 #endif

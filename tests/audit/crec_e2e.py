@@ -301,8 +301,48 @@ def case_gpu():
         fail("exporter pids of the fd handle: %s" % xpids)
 
 
+def case_nccl():
+    """NCCL calls past the cap: a count record per communicator with its
+    calls, collectives and the sum of the terms of those not recorded."""
+    exe = sys.argv[3]
+    # the Python recorder beside the C one (checked against the same vectors
+    # in recorder_unit.py): its term, written once more in another language
+    sys.path.insert(0, os.path.dirname(PRE))
+    import dptp_audit_rec
+    M64, ref_term = 2**64 - 1, dptp_audit_rec._term
+    vec = [("all_reduce|4|float32|", 0, "7a47326087b79594", "aac1b457afeb267c"),
+           ("all_reduce|4|float32|", 1, "7a47326087b79594", "8e2fa50c80192a79"),
+           ("broadcast|8|float32|src=1", 3, "b971f08fe4c43863", "5ba63920bf89ce99"),
+           ("barrier|-1||", 2, "146f9915e792c06e", "7f21225753343a58")]
+    p = run([exe, "vectors"] + [x for v in vec for x in (v[0], str(v[1]))], env=dict(os.environ))
+    if p.returncode or p.stdout.split("\n")[:-1] != ["%s %s" % v[2:] for v in vec]:
+        fail("the contract's test vectors: %r %s" % (p.stdout, p.stderr))
+    # cap 8: hello is not counted; 2 inits + 6 all_reduce are recorded
+    p = run([exe, "calls"], env=env(DPTP_AUDIT_MAX_RECORDS="8"))
+    if p.returncode:
+        fail("rc %d %s" % (p.returncode, p.stderr))
+    (recs, bad), = files().values()
+    kinds = [r["k"] for r in recs]
+    if bad or kinds != ["hello"] + ["nccl"] * 8 + ["cap", "count", "count", "end"]:
+        fail("records: %s" % kinds)
+    ids = [r["id"] for r in recs if r.get("call") == "init"]
+    ops = [r for r in recs if r.get("call") == "op"]
+    if len(set(ids)) != 2 or [(o["op"], o["id"], o["n"], o["dt"]) for o in ops] != [("all_reduce", ids[0], 4, 7)] * 6:
+        fail("nccl records: %s" % recs)
+    c1, c2 = recs[-3], recs[-2]
+    # the first: all_reduce at places 6-9, the send (no place), broadcasts at 10, 11
+    hs1 = sum(ref_term("all_reduce|4|nccl7|", k) for k in range(6, 10)) + \
+        sum(ref_term("broadcast|4|nccl7|root=1", k) for k in (10, 11))
+    hs2 = sum(ref_term("all_reduce|8|nccl7|", k) for k in range(3))
+    if (c1["id"], c1["seq"], c1["nc"], c1["hs"]) != (ids[0], 13, 12, "%016x" % (hs1 & M64)) or \
+            (c2["id"], c2["seq"], c2["nc"], c2["hs"]) != (ids[1], 3, 3, "%016x" % (hs2 & M64)):
+        fail("count records: %s %s" % (c1, c2))
+    if (recs[-1]["records"], recs[-1]["lost"]) != (len(recs) - 1, 10):
+        fail("end: %s" % recs[-1])
+
+
 try:
-    {"fds": case_fds, "procs": case_procs, "ends": case_ends, "cap": case_cap, "full": case_full,
+    {"nccl": case_nccl, "fds": case_fds, "procs": case_procs, "ends": case_ends, "cap": case_cap, "full": case_full,
      "gpu": case_gpu}[CASE]()
     print("ok")
 finally:

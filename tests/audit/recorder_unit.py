@@ -282,20 +282,67 @@ assert (child[2]["seq"], child[4]["how"], child[4]["code"], child[4]["records"],
 assert not [r for r in records() if r.get("pid") == pid]
 
 # the cap: op/done records stop at DPTP_AUDIT_MAX_RECORDS, counted as lost;
-# per-group counts and the end record come at the end
+# per-group counts and the end record come at the end, with hs: the sum of
+# the terms of the collectives not written (/work/contract.md, 08:25 UTC)
+M64 = 2**64 - 1
+
+
+def ref_term(sig, pos):  # the amendment's definition, written out again
+    h = 0xcbf29ce484222325
+    for x in sig.encode():
+        h = ((h ^ x) * 0x100000001b3) & M64
+    z = (h + pos * 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+# the amendment's test vectors
+for sig, pos, sig_h, term in (("all_reduce|4|float32|", 0, "7a47326087b79594", "aac1b457afeb267c"),
+                              ("all_reduce|4|float32|", 1, "7a47326087b79594", "8e2fa50c80192a79"),
+                              ("broadcast|8|float32|src=1", 3, "b971f08fe4c43863", "5ba63920bf89ce99"),
+                              ("barrier|-1||", 2, "146f9915e792c06e", "7f21225753343a58")):
+    assert "%016x" % rec._sig_h(sig) == sig_h and "%016x" % rec._term(sig, pos) == term, (sig, pos)
+    assert "%016x" % ref_term(sig, pos) == term, (sig, pos)
+
+
+def barrier(group=None, async_op=False, device_ids=None):
+    return None
+
+
+def send(tensor, dst=None, group=None, tag=0):
+    return None
+
+
+mod.barrier, mod.send = barrier, send
+rec._patch_c10d(mod)
 pid = os.fork()
 if pid == 0:
     rec._max = 6
     for _ in range(10):
         mod.broadcast(Tensor(), src=0)
+    mod.barrier()
+    mod.send(Tensor(), 0)  # point-to-point: counted in seq, not summed
+    mod.barrier()
+    COMPILING[0] = False
+    fc.all_reduce(t, "sum", WORLD)
+    mod.broadcast(Tensor(), src=1, group=TP)
     rec._end("atexit", None)
     os._exit(0)
 os.waitpid(pid, 0)
 child = records(os.path.join(out, "a0.p%d.py.jsonl" % pid))
-tail = [(r["k"], r.get("seq")) for r in child[-4:]]
-assert [r["k"] for r in child].count("op") == 2 and tail == [("done", 2), ("cap", None), ("count", 10), ("end", None)], child
-assert (child[-1]["records"], child[-1]["lost"], child[-1]["dropped"], child[-2]["g"], child[-3]["max"]) == \
-    (len(child) - 1, 16, 16, [0, 1], 6), child
+tail = [(r["k"], r.get("seq")) for r in child[-5:]]
+assert [r["k"] for r in child].count("op") == 2 and tail == [
+    ("cap", None), ("group", None), ("count", 14), ("count", 1), ("end", None)], child
+assert (child[-1]["records"], child[-1]["lost"], child[-1]["dropped"], child[-3]["g"], child[-5]["max"]) == \
+    (len(child) - 1, 26, 26, [0, 1], 6), child
+# broadcasts 3-10 past the cap (places 2-9), the barriers (10, 12), the
+# functional all_reduce (13); the send has no place
+hs = sum(ref_term("broadcast|8|float32|src=0", p) for p in range(2, 10)) + ref_term("barrier|-1||", 10) + \
+    ref_term("barrier|-1||", 11) + ref_term("all_reduce|8|float32|", 12)
+assert (child[-3]["nc"], child[-3]["hs"]) == (13, "%016x" % (hs & M64)), child[-3]
+assert (child[-2]["g"], child[-2]["nc"], child[-2]["hs"]) == \
+    ([1, 3], 1, "%016x" % ref_term("broadcast|8|float32|src=1", 0)), child[-2]
 
 # destroy_process_group() of the world, then a new one: a call on the default
 # group names the new world's group, numbered from the start again
