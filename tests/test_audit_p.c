@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "audit_records.h"
+#include "audit/analyze/model.h"
 
 static int seqs[1100][8]; /* per pid - 1000, per group slot: calls so far */
 
@@ -242,6 +243,92 @@ static void test_cap_counts(void **state)
 	assert_non_null(strstr(arec_rep.w[0].f[0].detail, "rank 1 made 19999 collectives on group [0,1], rank 0 made 20000"));
 }
 
+/* the contract's test vectors (amendment 08:25) for the term of a call */
+static void test_term_vectors(void **state)
+{
+	(void)state;
+	bool none[R_N] = {false}, src[R_N] = {true, false, false, false};
+	int64_t root[R_N] = {1, -1, -1, -1};
+	assert_true(sig_hash("all_reduce|4|float32|") == 0x7a47326087b79594ull);
+	assert_true(sig_hash("broadcast|8|float32|src=1") == 0xb971f08fe4c43863ull);
+	assert_true(sig_hash("barrier|-1||") == 0x146f9915e792c06eull);
+	assert_true(op_term("all_reduce", 4, "float32", none, root, 0) == 0xaac1b457afeb267cull);
+	assert_true(op_term("all_reduce", 4, "float32", none, root, 1) == 0x8e2fa50c80192a79ull);
+	assert_true(op_term("broadcast", 8, "float32", src, root, 3) == 0x5ba63920bf89ce99ull);
+	assert_true(op_term("barrier", -1, "", none, root, 2) == 0x7f21225753343a58ull);
+}
+
+/* 3 all_reduce(n=1) recorded, then the cap: a count of `total` calls and the
+ * sum of the terms of the unkept ones, all_reduce(n=1) except from position
+ * `from` on, where they are all_reduce(n=n2) */
+static void capped_rank(int r, int total, int from, int n2, bool hs)
+{
+	bool none[R_N] = {false};
+	int64_t root[R_N] = {-1, -1, -1, -1};
+	uint64_t sum = 0;
+	arec_rank(r, 2);
+	for (int i = 0; i < 3; i++)
+		op(r, "all_reduce", 0, 1, 0, 5, 1 + i, true);
+	arec(1000 + r, "py", "{\"k\":\"cap\",\"max\":3,\"t\":4}");
+	for (int pos = 3; pos < total; pos++)
+		sum += op_term("all_reduce", pos >= from ? n2 : 1, "", none, root, pos);
+	if (hs)
+		arec(1000 + r, "py", "{\"k\":\"count\",\"g\":[0,1],\"gn\":0,\"seq\":%d,\"hs\":\"%016llx\",\"t\":5}", total,
+			(unsigned long long)sum);
+	else
+		arec(1000 + r, "py", "{\"k\":\"count\",\"g\":[0,1],\"gn\":0,\"seq\":%d,\"t\":5}", total);
+	arec(1000 + r, "py", "{\"k\":\"end\",\"how\":\"atexit\",\"code\":0,\"records\":9,\"lost\":%d,\"dropped\":%d,\"t\":99}",
+		2 * (total - 3), 2 * (total - 3));
+	arec(1000 + r, "c", "{\"k\":\"end\",\"how\":\"exit\",\"code\":0,\"records\":3,\"lost\":0,\"t\":99.5}");
+}
+
+/* past the cap, the same calls on every rank: compared by count and sum,
+ * no gap, a pass */
+static void test_cap_sums_equal(void **state)
+{
+	(void)state;
+	memset(seqs, 0, sizeof(seqs));
+	capped_rank(0, 5000, 5000, 1, true);
+	capped_rank(1, 5000, 5000, 1, true);
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.w[0].nf, 0);
+	assert_int_equal(arec_rep.w[0].ngaps, 0);
+	assert_false(arec_rep.w[0].capped);
+}
+
+/* past the cap, rank 1 changes its tensor's size: P, naming the group */
+static void test_cap_sums_differ(void **state)
+{
+	(void)state;
+	memset(seqs, 0, sizeof(seqs));
+	capped_rank(0, 5000, 5000, 1, true);
+	capped_rank(1, 5000, 4000, 2, true);
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_count(0, 'P'), 1);
+	assert_non_null(strstr(arec_rep.w[0].f[0].detail,
+		"calls past the record cap differ in op/size/dtype/root on group [0,1]: rank 1 vs rank 0"));
+	assert_int_equal(arec_rep.w[0].f[0].nranks, 1);
+	assert_int_equal(arec_rep.w[0].f[0].ranks[0], 1);
+}
+
+/* a rank whose count has no sum: its calls past the cap stay uncompared */
+static void test_cap_sum_missing(void **state)
+{
+	(void)state;
+	memset(seqs, 0, sizeof(seqs));
+	capped_rank(0, 5000, 5000, 1, true);
+	capped_rank(1, 5000, 5000, 1, false);
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.w[0].nf, 0);
+	assert_true(arec_rep.w[0].capped);
+	assert_true(arec_gap(0, "record cap (3) was reached in pid 1000"));
+	assert_true(arec_gap(0, "record cap (3) was reached in pid 1001"));
+	assert_false(arec_gap(0, "lost"));
+}
+
 /* healthy: init, destroy, init again in the same world; the same counts
  * past the cap */
 static void test_reinit_healthy(void **state)
@@ -272,6 +359,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_os_exit, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_cap_counts, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_reinit_healthy, arec_setup, arec_teardown),
+		cmocka_unit_test(test_term_vectors),
+		cmocka_unit_test_setup_teardown(test_cap_sums_equal, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_cap_sums_differ, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_cap_sum_missing, arec_setup, arec_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,7 +99,10 @@ struct audit_result {
 	size_t nrecords;
 	struct audit_gap *gaps; /* non-empty: the verdict is incomplete unless a finding fails */
 	size_t ngaps;
-	bool capped;        /* a recorder reached its record cap */
+	bool capped;        /* a recorder reached its record cap and its calls past it could not be
+	                       compared (a count without the sum "hs" of their terms, a C recorder's cap);
+	                       where every member's count has its sum, counts and sums are compared
+	                       (a difference is a P finding) and this stays false */
 	struct audit_finding *f;
 	size_t nf;
 };

@@ -220,8 +220,7 @@ int world_open(struct st *s, struct job *j, int world, struct audit_result *out)
 		/* an exit the hang watch caused is no exit of the program's */
 		rk->exited |= p->ended || (p->wexit && !(hang_t > 0 && p->wexit_t >= hang_t));
 		rk->raised |= p->raised;
-		rk->capped |= p->capped;
-		out->capped |= p->capped;
+		rk->capped |= p->capped; /* out->capped: where its calls past the cap are not compared (world_gaps) */
 		if (p->sig && !(hang_t > 0 && p->wexit_t >= hang_t)) {
 			rk->sig = p->sig;
 			rk->core = p->core;
@@ -277,13 +276,17 @@ static int proc_gaps(struct st *s, const struct a_proc *p, int rank, bool member
 	if (rc == 0 && p->bad > 0)
 		rc = add_gap(s, rank, p->pid, "pid %d wrote %zu unreadable record%s (a torn line: a full disk or a short write)",
 			(int)p->pid, p->bad, p->bad == 1 ? "" : "s");
-	if (rc == 0 && p->lost > 0)
+	/* the records the cap dropped are no write failure */
+	int64_t failed = p->lost - (p->dropped > 0 && p->dropped <= p->lost ? p->dropped : 0);
+	if (rc == 0 && failed > 0)
 		rc = add_gap(s, rank, p->pid, "pid %d lost %lld records (a full disk, an I/O error or a short write)", (int)p->pid,
-			(long long)p->lost);
-	if (rc == 0 && p->capped)
+			(long long)failed);
+	if (rc == 0 && p->capped && !cap_compared(s, (int)(p - s->j->p))) {
+		s->out->capped = true;
 		rc = add_gap(s, rank, p->pid,
 			"the record cap (%lld) was reached in pid %d: its calls past it are counted, not compared",
 			(long long)p->cap_max, (int)p->pid);
+	}
 	if (rc == 0 && member && (p->py || p->c) && !p->ended && !p->wexit)
 		rc = add_gap(s, rank, p->pid, "pid %d (rank %d) has no end record and the launcher did not see it exit", (int)p->pid,
 			rank);

@@ -130,17 +130,23 @@ static int rec_group(struct job *j, int w, const struct dptp_audit_rec *rec)
 	return group_intern(j, w, g->a, g->n, (int)dptp_audit_rec_int(rec, "gn", 0));
 }
 
-static int count_call(struct a_proc *p, int gid)
+/* its position among the process's collectives on gid; its term summed */
+static int count_call(struct a_proc *p, int gid, const struct a_op *o)
 {
 	if ((size_t)gid >= p->ncnt) {
 		size_t nc = (size_t)gid + 16;
 		int *c = realloc(p->cnt, nc * sizeof(*c));
-		if (!c)
+		if (c)
+			p->cnt = c;
+		uint64_t *h = c ? realloc(p->hsum, nc * sizeof(*h)) : NULL;
+		if (!h)
 			return -ENOMEM;
+		p->hsum = h;
 		memset(c + p->ncnt, 0, (nc - p->ncnt) * sizeof(*c));
-		p->cnt = c;
+		memset(h + p->ncnt, 0, (nc - p->ncnt) * sizeof(*h));
 		p->ncnt = nc;
 	}
+	p->hsum[gid] += op_term(o->op, o->n, o->dt, o->has, o->root, p->cnt[gid]);
 	return p->cnt[gid]++;
 }
 
@@ -171,7 +177,7 @@ static int on_op(struct job *j, int pi, const struct dptp_audit_rec *rec)
 	if (!(o->site = str_intern(&j->str, dptp_audit_rec_str(rec, "site", "?"))))
 		return -ENOMEM;
 	o->pos = -1;
-	if (!is_p2p(o->op) && (o->pos = count_call(p, gid)) < 0)
+	if (!is_p2p(o->op) && (o->pos = count_call(p, gid, o)) < 0)
 		return -ENOMEM;
 	p->last_op = (long)j->nop - 1;
 	return 0;
@@ -401,6 +407,7 @@ static int on_record(struct job *j, int pi, bool py, const struct dptp_audit_rec
 		if (!strcmp(k, "end") || !strcmp(k, "exit")) {
 			p->ended = true;
 			p->lost += dptp_audit_rec_int(rec, "lost", 0);
+			p->dropped += dptp_audit_rec_int(rec, "dropped", 0);
 		} else if (!strcmp(k, "exc")) {
 			p->raised = true;
 			snprintf(p->exc, sizeof(p->exc), "%s", dptp_audit_rec_str(rec, "msg", ""));
@@ -426,6 +433,7 @@ static int on_record(struct job *j, int pi, bool py, const struct dptp_audit_rec
 	case 'c':
 		if (!strcmp(k, "cap")) {
 			p->capped = true;
+			p->capped_c |= !py;
 			p->cap_max = dptp_audit_rec_int(rec, "max", 0);
 		} else if (!strcmp(k, "count") && py) {
 			int gid = rec_group(j, p->cur_w, rec);
@@ -436,6 +444,11 @@ static int on_record(struct job *j, int pi, bool py, const struct dptp_audit_rec
 				return -ENOMEM;
 			if (c)
 				*c = (struct a_count){.proc = pi, .gid = gid, .seq = dptp_audit_rec_int(rec, "seq", 0)};
+			const char *hs = dptp_audit_rec_str(rec, "hs", "");
+			if (c && strlen(hs) == 16 && strspn(hs, "0123456789abcdef") == 16) {
+				c->hs = strtoull(hs, NULL, 16);
+				c->has_hs = true;
+			}
 		}
 		return 0;
 	}
@@ -889,8 +902,10 @@ int job_load(struct job *j, const char *dir, struct dptp_err *err)
 
 void job_release(struct job *j)
 {
-	for (size_t i = 0; i < j->np; i++)
+	for (size_t i = 0; i < j->np; i++) {
 		free(j->p[i].cnt);
+		free(j->p[i].hsum);
+	}
 	free(j->p);
 	free(j->w);
 	for (size_t i = 0; i < j->ng; i++)

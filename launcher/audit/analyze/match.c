@@ -364,6 +364,33 @@ bool same_call(const struct a_op *a, const struct a_op *b)
 	return true;
 }
 
+uint64_t sig_hash(const char *sig)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (; *sig; sig++)
+		h = (h ^ (unsigned char)*sig) * 0x100000001b3ull;
+	return h;
+}
+
+uint64_t op_term(const char *op, int64_t n, const char *dt, const bool *has, const int64_t *root, long long pos)
+{
+	char sig[256];
+	size_t off = (size_t)snprintf(sig, sizeof(sig), "%s|%lld|%s|", op, (long long)n, dt);
+	const char *sep = "";
+	for (int k = 0; k < R_N && off < sizeof(sig); k++)
+		if (has[k]) {
+			off += (size_t)snprintf(sig + off, sizeof(sig) - off, "%s%s=%lld", sep, root_key[k], (long long)root[k]);
+			sep = ",";
+		}
+	uint64_t z = sig_hash(sig) + (uint64_t)pos * 0x9E3779B97F4A7C15ull;
+	z ^= z >> 30;
+	z *= 0xBF58476D1CE4E5B9ull;
+	z ^= z >> 27;
+	z *= 0x94D049BB133111EBull;
+	z ^= z >> 31;
+	return z;
+}
+
 /* the sequences of one group, from the world's ops sorted by group (s->byg) */
 int build_seqs(const struct st *s, int gid, struct seqs *q)
 {

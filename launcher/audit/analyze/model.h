@@ -111,6 +111,8 @@ struct a_count {
 	int proc;
 	int gid;
 	long long seq;
+	bool has_hs;       /* "hs": the sum of the terms of the calls past the cap */
+	uint64_t hs;
 };
 
 struct a_proc {
@@ -123,7 +125,8 @@ struct a_proc {
 	bool torn;         /* a torn last line */
 	size_t bad;        /* lines that are no record (a short write's torn line, ended by the next) */
 	bool capped;
-	int64_t lost, cap_max;
+	bool capped_c;     /* the C recorder's cap (its records past it are not counted) */
+	int64_t lost, dropped, cap_max; /* dropped: the part of lost the cap dropped */
 	char flags[8];
 	char exe[128];
 	char host[64];
@@ -144,6 +147,7 @@ struct a_proc {
 	long last_op;      /* index into job.op, -1 none */
 	bool last_nccl_op; /* its last C record was an NCCL call */
 	int *cnt;          /* collectives so far per group (job.g index) */
+	uint64_t *hsum;    /* per group: the sum of op_term() of its recorded collectives */
 	size_t ncnt;
 	/* the launcher's view */
 	bool wstart, wexit;
@@ -253,6 +257,10 @@ int add_gap(struct st *s, int rank, pid_t pid, const char *fmt, ...);
 void called_from(char *buf, size_t len, const char *site, const char *outer);
 void describe_op(char *buf, size_t len, const struct a_op *o);
 bool same_call(const struct a_op *a, const struct a_op *b);
+/* the contract's term of a collective at 0-based position pos on its group:
+ * splitmix64_final(FNV-1a 64 of "op|n|dt|k=v,..." + pos * golden) */
+uint64_t sig_hash(const char *sig);
+uint64_t op_term(const char *op, int64_t n, const char *dt, const bool *has, const int64_t *root, long long pos);
 bool group_spans_replicas(const struct st *s, const struct a_group *g);
 
 /* the collectives of each member on one group, in order */
@@ -268,6 +276,9 @@ bool world_group(const struct st *s, size_t gid);
 
 /* ---- the mechanisms, one file each ---- */
 int find_p(struct st *s, bool hung);
+/* a process's calls past its record cap are compared (every member of each
+ * group it counted has a count and a sum, or all its calls recorded) */
+bool cap_compared(const struct st *s, int proc);
 int find_r(struct st *s);
 /* names.c: the sockets, ports and segments by name, for I, C and G */
 struct name_use {

@@ -85,6 +85,135 @@ static long long final_count(const struct st *s, int rank, size_t gid, size_t re
 	return best;
 }
 
+/* A member's calls on a group, all of them: recorded ones (uncapped), or
+ * recorded ones plus its count record's sum of the ones past the cap.
+ * False when they cannot be known (a count without "hs", none, a C cap). */
+static bool member_total(const struct st *s, int rank, size_t gid, long long *cnt, uint64_t *sum)
+{
+	const struct job *j = s->j;
+	if (!s->r || rank < 0 || rank >= s->size || s->r[rank].proc < 0)
+		return false;
+	int pi = s->r[rank].proc;
+	const struct a_proc *p = &j->p[pi];
+	long long rec = gid < p->ncnt ? p->cnt[gid] : 0;
+	uint64_t h = gid < p->ncnt ? p->hsum[gid] : 0;
+	if (p->capped_c || (p->capped && !p->ended))
+		return false;
+	if (!p->capped) {
+		*cnt = rec;
+		*sum = h;
+		return true;
+	}
+	for (size_t i = 0; i < j->ncnt; i++) {
+		const struct a_count *c = &j->cnt[i];
+		if (c->proc == pi && (size_t)c->gid == gid) {
+			*cnt = c->seq;
+			*sum = h + c->hs;
+			return c->has_hs;
+		}
+	}
+	return false;
+}
+
+/* every member of the group that recorded Python calls has its total */
+static bool group_totals(const struct st *s, size_t gid)
+{
+	const struct a_group *g = &s->j->g[gid];
+	long long c;
+	uint64_t h;
+	for (size_t m = 0; m < g->n; m++) {
+		int r = g->ranks[m];
+		if (r >= 0 && r < s->size && s->r[r].py && !member_total(s, r, gid, &c, &h))
+			return false;
+	}
+	return true;
+}
+
+bool cap_compared(const struct st *s, int proc)
+{
+	const struct job *j = s->j;
+	const struct a_proc *p = &j->p[proc];
+	bool any = false;
+	if (!s->r || p->capped_c || !p->ended)
+		return false;
+	for (size_t i = 0; i < j->ncnt; i++) {
+		const struct a_count *c = &j->cnt[i];
+		if (c->proc != proc)
+			continue;
+		if (!c->has_hs || j->g[c->gid].world != s->world || !group_totals(s, (size_t)c->gid))
+			return false;
+		any = true;
+	}
+	return any;
+}
+
+/* Equal counts on a group whose members all have their totals: the calls
+ * past the cap agree when the sums of their terms do. */
+static int compare_sums(struct st *s, size_t gid, const struct seqs *q)
+{
+	const struct a_group *g = &s->j->g[gid];
+	int *dev = malloc((g->n + 1) * sizeof(int)), *ref = malloc((g->n + 1) * sizeof(int));
+	uint64_t *sum = calloc(g->n + 1, sizeof(*sum));
+	bool *in = calloc(g->n + 1, sizeof(*in));
+	long long cnt = -1; /* the first member's calls on the group */
+	size_t best = SIZE_MAX, bestn = 0, ndev = 0, nref = 0;
+	int rc = 0;
+	if (!dev || !ref || !sum || !in) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (!group_totals(s, gid))
+		goto out;
+	for (size_t m = 0; m < g->n; m++) {
+		int r = g->ranks[m];
+		long long c;
+		if (!q->v[m] || !s->r[r].exited || s->r[r].raised || !member_total(s, r, gid, &c, &sum[m]))
+			continue;
+		if (cnt < 0)
+			cnt = c;
+		in[m] = true;
+	}
+	/* the largest class of equal sums is the reference */
+	for (size_t a = 0; a < g->n; a++) {
+		size_t n = 0;
+		for (size_t b = 0; in[a] && b < g->n; b++)
+			n += in[b] && sum[b] == sum[a];
+		if (n > bestn) {
+			bestn = n;
+			best = a;
+		}
+	}
+	const char *site = "";
+	for (size_t m = 0; best != SIZE_MAX && m < g->n; m++) {
+		if (!in[m])
+			continue;
+		if (sum[m] == sum[best]) {
+			ref[nref++] = g->ranks[m];
+		} else {
+			if (!ndev && q->len[m] && q->v[m][q->len[m] - 1])
+				site = q->v[m][q->len[m] - 1]->site;
+			dev[ndev++] = g->ranks[m];
+		}
+	}
+	if (!ndev)
+		goto out;
+	char gr[256], dr[256], rr[256];
+	fmt_ranks(gr, sizeof(gr), g->ranks, g->n);
+	fmt_ranks(dr, sizeof(dr), dev, ndev);
+	fmt_ranks(rr, sizeof(rr), ref, nref);
+	rc = add_finding(s, 'P', dev, ndev, site, "",
+		"calls past the record cap differ in op/size/dtype/root on group [%s]: rank%s %s vs rank%s %s (%lld calls; the calls past the cap were compared by the sum of their signatures)",
+		gr, ndev > 1 ? "s" : "", dr, nref > 1 ? "s" : "", rr, cnt);
+	if (rc == 0)
+		rc = set_group(&s->out->f[s->out->nf - 1], g->ranks, g->n);
+out:
+	free(dev);
+	free(ref);
+	free(sum);
+	free(in);
+	return rc;
+}
+
 static int compare_counts(struct st *s, size_t gid, const struct seqs *q)
 {
 	const struct a_group *g = &s->j->g[gid];
@@ -289,8 +418,11 @@ int find_p(struct st *s, bool hung)
 		bool diverged = false;
 		for (size_t k = 0; nrec >= 2 && k < minlen && !diverged && rc == 0; k++)
 			rc = diverge_at(s, g, &q, k, &diverged);
+		size_t nf0 = s->out->nf;
 		if (rc == 0 && !diverged && nrec >= 2 && capped)
 			rc = compare_counts(s, gid, &q);
+		if (rc == 0 && !diverged && nrec >= 2 && capped && s->out->nf == nf0)
+			rc = compare_sums(s, gid, &q);
 		if (rc == 0 && !diverged && nrec >= 2 && minlen < maxlen)
 			rc = collect_missing(s, gid, &q, minlen, maxlen, hung, &miss, &nmiss, &capm);
 		free_seqs(&q);
