@@ -16,8 +16,11 @@
 # record descriptor is moved high, close-on-exec, and checked (fstat) before
 # the next write whenever the program called os.close, os.closerange or
 # os.dup2 (reopened by path when the number is no longer ours); groups are
-# held weakly; a write error is counted, never raised; tracebacks printed by
-# sys.excepthook show no frame of this file.
+# held weakly; a write error is counted, never raised; tracebacks show no
+# frame of this file (a wrapper takes its own entry out of the error's
+# traceback before it re-raises; sys.excepthook drops any left), and
+# warnings torch raises for its caller name the caller (the wrappers' code
+# is named so that warnings and logging step over their frames).
 import os
 import sys
 import _thread
@@ -498,12 +501,18 @@ def _site2():
     return '"?"'
 
 
-def _record_op(dist, name, params, args, kwargs):
-    """The op record of a call; returns (entry, seq) for its done record."""
-    spec = _OPS[name]
+def _bind(params, args, kwargs):
+    """A call's arguments by parameter name."""
     bound = dict(zip(params, args))
     if kwargs:
         bound.update(kwargs)
+    return bound
+
+
+def _record_op(dist, name, params, args, kwargs):
+    """The op record of a call; returns (entry, seq) for its done record."""
+    spec = _OPS[name]
+    bound = _bind(params, args, kwargs)
     e = _group_key(dist, bound.get("group"))
     if e is None:
         return None
@@ -543,7 +552,34 @@ def _params(fn):
     return c.co_varnames[:c.co_argcount]
 
 
+# The file name the wrappers' code carries: the warnings module (stacklevel)
+# and logging (findCaller, stacklevel) step over frames whose file name holds
+# both "importlib" and "_bootstrap" (CPython's is_internal_frame(), Python
+# 3.8-3.13: meant for the import system's frames), so a warning torch raises
+# for its caller names the program's line, not the wrapper's, as alone.
+_INTERNAL = os.path.join(os.path.dirname(os.path.realpath(__file__)),
+                         "dptp_audit_rec.py (a wrapper: skipped as importlib._bootstrap)")
+
+
+def _strip(e):
+    """In a wrapper's except, before its bare raise: the wrapper's entry (the
+    first) out of e's traceback, so that the program's tracebacks show no
+    frame of the recorder. A bare raise re-raises e with e.__traceback__ and
+    adds no entry (Python 3.11+; before 3.11 it takes the traceback of
+    sys.exc_info(), and the entry stays)."""
+    try:
+        tb = e.__traceback__
+        if tb is not None and tb.tb_frame.f_code.co_filename == _INTERNAL:
+            e.__traceback__ = tb.tb_next
+    except Exception:
+        pass
+
+
 def _dress(wrapper, fn, name):
+    try:  # its frame skipped by warnings' stacklevel and logging's caller
+        wrapper.__code__ = wrapper.__code__.replace(co_filename=_INTERNAL)
+    except (AttributeError, TypeError, ValueError):
+        pass
     wrapper.__wrapped__ = fn
     wrapper._dptp_audit = True
     for a in ("__name__", "__qualname__", "__doc__", "__module__"):
@@ -554,30 +590,39 @@ def _dress(wrapper, fn, name):
     return wrapper
 
 
-def _wrap_op(dist, name, fn):
-    params = _params(fn)
-
+def _recorded(fn, name, record, skip=None):
+    """The wrapper of a recorded call: record(args, kwargs) -> (entry, seq)
+    of its op record (or None) at entry, its done record at return; not
+    inside another recorded call, nor while skip() (torch.compile tracing)."""
     def wrapper(*args, **kwargs):
-        t = _tls
-        if t.inside or _fd < 0 and _pending is None:
-            return fn(*args, **kwargs)
-        try:
-            rec = _record_op(dist, name, params, args, kwargs)
-        except Exception:
-            rec = None
-        t.inside = True
+        t, rec = _tls, None
+        outer = not t.inside and (_fd >= 0 or _pending is not None) and (skip is None or not skip())
+        if outer:
+            try:
+                rec = record(args, kwargs)
+            except Exception:
+                rec = None
+            t.inside = True
         try:
             r = fn(*args, **kwargs)
-        except BaseException:
+        except BaseException as e:
+            if outer:
+                t.inside = False
+                if rec is not None:
+                    _done(rec, True)
+            _strip(e)
+            raise
+        if outer:
             t.inside = False
             if rec is not None:
-                _done(rec, True)
-            raise
-        t.inside = False
-        if rec is not None:
-            _done(rec, False)
+                _done(rec, False)
         return r
     return _dress(wrapper, fn, name)
+
+
+def _wrap_op(dist, name, fn):
+    params = _params(fn)
+    return _recorded(fn, name, lambda args, kwargs: _record_op(dist, name, params, args, kwargs))
 
 
 def _wrap_batch(dist, fn):
@@ -603,6 +648,9 @@ def _wrap_batch(dist, fn):
             r = fn(p2p_op_list, *args, **kwargs)
             err = False
             return r
+        except BaseException as e:
+            _strip(e)
+            raise
         finally:
             if outer:
                 _tls.inside = False
@@ -648,36 +696,14 @@ def _wrap_fc(dist, name, fn, compiling):
     op, inp, roots = _FC[name]
     params = _params(fn)
 
-    def wrapper(*args, **kwargs):
-        if compiling():  # torch.compile tracing: the call is left to the graph
-            return fn(*args, **kwargs)
-        t = _tls
-        if t.inside or _fd < 0 and _pending is None:
-            return fn(*args, **kwargs)
-        rec = None
-        try:
-            bound = dict(zip(params, args))
-            if kwargs:
-                bound.update(kwargs)
-            e = _fc_key(dist, bound.get("group"))
-            if e is not None:
-                bound["input"] = bound.get(inp)
-                rec = _call(op, e, "input", roots, bound, ',"fc":true')
-        except Exception:
-            pass
-        t.inside = True
-        try:
-            r = fn(*args, **kwargs)
-        except BaseException:
-            t.inside = False
-            if rec is not None:
-                _done(rec, True)
-            raise
-        t.inside = False
-        if rec is not None:
-            _done(rec, False)
-        return r
-    return _dress(wrapper, fn, name)
+    def record(args, kwargs):
+        bound = _bind(params, args, kwargs)
+        e = _fc_key(dist, bound.get("group"))
+        if e is None:
+            return None
+        bound["input"] = bound.get(inp)
+        return _call(op, e, "input", roots, bound, ',"fc":true')
+    return _recorded(fn, name, record, compiling)
 
 
 def _never():
@@ -694,6 +720,9 @@ def _wrap_group_maker(dist, name, fn):
         _tls.inside = True
         try:
             pg = fn(*args, **kwargs)
+        except BaseException as e:
+            _strip(e)
+            raise
         finally:
             if outer:
                 _tls.inside = False
@@ -710,7 +739,11 @@ def _wrap_group_maker(dist, name, fn):
 
 def _wrap_destroy(dist, fn):
     def wrapper(group=None, *args, **kwargs):
-        r = fn(group, *args, **kwargs)
+        try:
+            r = fn(group, *args, **kwargs)
+        except BaseException as e:
+            _strip(e)
+            raise
         try:
             c10d = dist.distributed_c10d
             if group is None or group is getattr(c10d.GroupMember, "WORLD", None):
@@ -862,7 +895,11 @@ def _patch_cuda(mod):
                 _device(int(idx), "set_device", _site())
         except Exception:
             pass
-        return fn(device)
+        try:
+            return fn(device)
+        except BaseException as e:
+            _strip(e)
+            raise
     mod.set_device = _dress(set_device, fn, "set_device")
 
 
@@ -896,7 +933,11 @@ def _patch_socket(mod):
                     _site_record(call, k)
             except Exception:
                 pass
-            return orig(self, address)
+            try:
+                return orig(self, address)
+            except BaseException as e:
+                _strip(e)
+                raise
         return _dress(method, orig, call)
     cls.bind = wrap("bind", cls.bind)
     cls.connect = wrap("connect", cls.connect)
@@ -913,7 +954,11 @@ def _patch_shm(mod):
             _site_record("shm_open", path if path.startswith("/") else "/" + path)
         except Exception:
             pass
-        return orig(path, *args, **kwargs)
+        try:
+            return orig(path, *args, **kwargs)
+        except BaseException as e:
+            _strip(e)
+            raise
     mod.shm_open = _dress(shm_open, orig, "shm_open")
 
 
@@ -943,7 +988,11 @@ def _patch_reductions(mod):
         return
 
     def reduce_tensor(*args, **kwargs):
-        r = orig_reduce(*args, **kwargs)
+        try:
+            r = orig_reduce(*args, **kwargs)
+        except BaseException as e:
+            _strip(e)
+            raise
         try:
             if r[0] is mod.rebuild_cuda_tensor and r[1][7]:
                 _site_record("cuda_ipc_get", _fnv(r[1][7]))
@@ -958,7 +1007,11 @@ def _patch_reductions(mod):
                 _site_record("cuda_ipc_open", _fnv(h))
         except Exception:
             pass
-        return orig_rebuild(*args, **kwargs)
+        try:
+            return orig_rebuild(*args, **kwargs)
+        except BaseException as e:
+            _strip(e)
+            raise
     mod.reduce_tensor = _dress(reduce_tensor, orig_reduce, "reduce_tensor")
     mod.rebuild_cuda_tensor = _dress(rebuild_cuda_tensor, orig_rebuild, "rebuild_cuda_tensor")
 
@@ -1080,7 +1133,11 @@ def _wrap_closer(name, orig):
     def fn(*args, **kwargs):
         global _dirty
         _dirty = True
-        return orig(*args, **kwargs)
+        try:
+            return orig(*args, **kwargs)
+        except BaseException as e:
+            _strip(e)
+            raise
     return _dress(fn, orig, name)
 
 
@@ -1090,7 +1147,11 @@ def _wrap_exit(orig):
             _end("_exit", n)
         except Exception:
             pass
-        orig(n)
+        try:
+            orig(n)
+        except BaseException as e:
+            _strip(e)
+            raise
     return _dress(_exit, orig, "_exit")
 
 
@@ -1100,11 +1161,12 @@ def _own(tb):
     while tb is not None:
         chain.append(tb)
         tb = tb.tb_next
-    if not any(t.tb_frame.f_code.co_filename == __file__ for t in chain):
+    ours = (__file__, _INTERNAL)
+    if not any(t.tb_frame.f_code.co_filename in ours for t in chain):
         return chain[0] if chain else None
     out = None
     for t in reversed(chain):
-        if t.tb_frame.f_code.co_filename != __file__:
+        if t.tb_frame.f_code.co_filename not in ours:
             out = type(t)(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
     return out
 

@@ -12,7 +12,9 @@ import gc
 import json
 import os
 import sys
+import traceback
 import types
+import warnings
 import weakref
 
 sys.path.insert(0, sys.argv[1])
@@ -242,6 +244,33 @@ for x in HANDLE:
 ipc = [(r["call"], r["key"], r["site"].rsplit(":", 1)[1]) for r in records(kind="site") if "cuda" in r["call"]]
 assert ipc == [("cuda_ipc_get", "%016x" % h, str(line('fn, args = red.reduce_tensor("cuda")'))),
                ("cuda_ipc_open", "%016x" % h, str(line("assert fn(*args) ==")))], ipc
+
+# nothing of the recorder in the program's view: a traceback of an error
+# raised inside a wrapped call, and a warning raised for the caller
+# (stacklevel=2, as torch does), name the program's frames as alone
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    warnings.warn("for the caller", stacklevel=2)
+    if tensor_list is None:
+        raise ValueError("no list")
+
+
+mod.all_gather = all_gather
+rec._patch_c10d(mod)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    mod.all_gather([], Tensor())
+assert [(w.filename, w.lineno) for w in caught] == [(__file__, line("mod.all_gather([], Tensor())"))], \
+    [(w.filename, w.lineno) for w in caught]
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod.all_gather(None, Tensor())
+except ValueError:
+    frames = [(f.filename, f.name) for f in traceback.extract_tb(sys.exc_info()[2])]
+    # before 3.11 a bare raise re-raises sys.exc_info()'s traceback: the wrapper's entry stays
+    assert frames == [(__file__, "<module>"), (__file__, "all_gather")] or sys.version_info < (3, 11), frames
+else:
+    raise AssertionError("the error was not raised")
 
 # the program closes the record descriptor and reuses its number: its file
 # never gets a record, the recorder reopens its own by path

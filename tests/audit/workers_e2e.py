@@ -9,7 +9,7 @@ RANK/WORLD_SIZE/MASTER_*, healthy), fds (closerange + open, 30 destroyed
 groups), exec (sh -c, exec of another Python, os._exit), pth (a .pth that
 imports torch.distributed first), isolated (python -I: incomplete), fc
 (torch 2.x's functional collectives; skipped on torch without them), hygiene (sys.modules, tracebacks, exit
-status as alone). The checks read the record files (a<att>.p<pid>.py.jsonl)
+status as alone), view (tracebacks the program formats, warnings' file:line, as alone). The checks read the record files (a<att>.p<pid>.py.jsonl)
 and the audit's report (findings by world and replica, no gaps)."""
 import glob
 import json
@@ -356,8 +356,29 @@ def case_hygiene():
         fail("hygiene: end records %s" % ends)
 
 
+def case_view():
+    """Nothing of the recorder in the program's view (issue 30 item 2): the
+    tracebacks a program formats itself of errors raised inside wrapped calls
+    and the file:line of warnings torch-style code raises for its caller
+    (stacklevel) read as alone."""
+    need_torch()
+    rc, alone, se, _, _ = job(1, ["py_view.py"], audit=False)
+    line = next(i for i, l in enumerate(open(os.path.join(HERE, "py_view.py")), 1) if "[Noisy()]" in l)
+    if rc != 0 or "py_view.py:%d pickled" % line not in alone or alone.count("Traceback") != 4:
+        fail("view alone: rc %d\n%s\n%s" % (rc, alone, se[-3000:]))
+    rc, audited, se, recs, rep = job(1, ["py_view.py"])
+    if rc != 0:
+        fail("view audited: rc %d\n%s" % (rc, se[-3000:]))
+    if audited != alone:
+        fail("view: alone\n%s\naudited\n%s" % (alone, audited))
+    verdict(rep, "view", "pass", [], [w["id"] for w in worlds(recs).values()])
+    ops = [r["op"] for rs in recs.values() for r in rs if r["k"] == "op"]
+    if ops != ["all_reduce", "broadcast_object_list", "barrier"]:
+        fail("view: the recorder did not record the calls: %s" % ops)
+
+
 try:
-    {"spawn": case_spawn, "fork": case_fork, "subproc": case_subproc, "fds": case_fds, "exec": case_exec,
+    {"view": case_view, "spawn": case_spawn, "fork": case_fork, "subproc": case_subproc, "fds": case_fds, "exec": case_exec,
      "pth": case_pth, "isolated": case_isolated, "fc": case_fc, "hygiene": case_hygiene}[CASE]()
     print("ok")
 finally:
