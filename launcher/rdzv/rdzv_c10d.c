@@ -56,6 +56,9 @@ struct rdzv_c10d {
 	/* heartbeats that do not rewrite the state (see fold()) */
 	enum { HB_TORCH, HB_MEMBER, HB_FOLDER } hb;
 	bool keep_stale;   /* fold(): reads the state as it is, stale heartbeats and all */
+	bool compact;      /* joined by the combiner's result: the state not read since */
+	long long res_round, res_rank;
+	unsigned res_world;
 	unsigned rank, world;
 	char rkey[240];    /* "torch.rendezvous.<run_id>.<round>/dptp/" (under "/") */
 	char jkey[240];    /* "torch.rendezvous.<run_id>.dptp.join.<round>/" */
@@ -66,7 +69,7 @@ struct rdzv_c10d {
 	int nwait;
 	/* DPTP_RDZV_STATS: this agent's state traffic, printed at shutdown */
 	bool stats;
-	unsigned long long n_cas, n_cas_lost, n_get, n_pause, b_sent, b_recv, n_folds, n_beats, n_batches;
+	unsigned long long n_cas, n_cas_lost, n_get, n_pause, b_sent, b_recv, n_folds, n_beats, n_batches, n_results;
 	long long ticket;
 	double t_codec, t_join;
 };
@@ -212,6 +215,7 @@ static int sync_state(struct rendezvous *r, int *has_set, struct dptp_err *err)
 	free(c->token);
 	c->token = (char *)cur.data; /* NUL-terminated by the client */
 	c->dirty = false;
+	c->compact = false;
 	c->last_sync = dptp_now();
 	if (!c->keep_stale)
 		sanitize(r);
@@ -557,12 +561,13 @@ static int beat(struct rendezvous *r, struct dptp_err *err)
 }
 
 /* After a completed join: who keeps the heartbeats (rank 0 a dptp-run?). */
-static int hb_begin(struct rendezvous *r, unsigned rank, unsigned world, bool node0_dptp, struct dptp_err *err)
+static int hb_begin(struct rendezvous *r, long long round, unsigned rank, unsigned world, bool node0_dptp,
+	struct dptp_err *err)
 {
 	struct rdzv_c10d *c = r->c10d;
 	c->rank = rank;
 	c->world = world;
-	c->round = c->st->round;
+	c->round = round;
 	snprintf(c->rkey, sizeof(c->rkey), "torch.rendezvous.%s.%lld/dptp/", r->run_id, c->round);
 	c->hb = !node0_dptp || getenv("DPTP_RDZV_TORCH_HEARTBEATS") ? HB_TORCH : rank == 0 ? HB_FOLDER : HB_MEMBER;
 	free(c->hb_last);
@@ -737,22 +742,79 @@ static int read_beats(struct rendezvous *r, struct ticket *tk, size_t n, struct 
 	return rc;
 }
 
-static int combine(struct rendezvous *r, double deadline, struct dptp_err *err)
+/* The combiner of a complete round tells each ticket holder it added its
+ * rank: <join>r/<ticket> = "<round> <rank> <world>" (one MULTI_SET, before
+ * <join>done), so that a holder reads O(1) bytes, not the state (O(N)
+ * bytes; N holders reading it at once were O(N^2) bytes through the store:
+ * 3.0 GB at 4096 nodes). Holders it did not add (later tickets) find no
+ * key and read the state as torch does. */
+static int publish_results(struct rendezvous *r, const struct ticket *tk, size_t ntk, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	const struct rdzv_state *s = c->st;
+	struct rdzv_nd_index ix = {0};
+	char (*kb)[280] = calloc(ntk, sizeof(*kb)), (*vb)[64] = calloc(ntk, sizeof(*vb));
+	const char **keys = calloc(ntk, sizeof(*keys));
+	struct dptp_tcpstore_buf *vals = calloc(ntk, sizeof(*vals));
+	size_t n = 0;
+	int rc = 0;
+	if (!kb || !vb || !keys || !vals || rdzv_nd_index_init(&ix, s->npart) < 0) {
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (unsigned i = 0; i < s->npart; i++)
+		rdzv_nd_index_put(&ix, &s->part[i], i);
+	for (size_t t = 1; t < ntk; t++) { /* ticket 1, the combiner, has the state */
+		long long i = rdzv_nd_index_find(&ix, &tk[t].nd);
+		if (i < 0)
+			continue;
+		jkey(c, kb[n], sizeof(kb[n]), "r/%zu", t + 1);
+		snprintf(vb[n], sizeof(vb[n]), "%lld %lld %u", s->round, s->rank[i], s->npart);
+		keys[n] = kb[n];
+		vals[n].data = (uint8_t *)vb[n];
+		vals[n].len = strlen(vb[n]);
+		n++;
+	}
+	if (n)
+		rc = dptp_tcpstore_client_multi_set(c->c, keys, vals, n, err);
+	c->n_results += n;
+out:
+	rdzv_nd_index_free(&ix);
+	free(kb);
+	free(vb);
+	free(keys);
+	free(vals);
+	return rc;
+}
+
+static void hint_key(const struct rendezvous *r, char *out, size_t len, const char *what)
+{
+	snprintf(out, len, "torch.rendezvous.%s.dptp.%s", r->run_id, what);
+}
+
+static int combine(struct rendezvous *r, long long round, double deadline, struct dptp_err *err)
 {
 	struct rdzv_c10d *c = r->c10d;
 	const struct run_opts *o = r->opts;
 	struct ticket *tk = calloc(64, sizeof(*tk));
 	size_t cap = 64, ntk = 1, ntk_written = 0;
 	double last_poll = 0, last_write = -1e9, last_refresh = dptp_now();
-	long long round = c->st->round;
 	int rc = 0;
-	char kn[280], kd[280], ka[280], knext[280];
+	char kn[280], kd[280], ka[280], knext[280], kr[280], rv[32];
 	if (!tk)
 		return dptp_err_set(err, -ENOMEM, "out of memory");
 	tk[0].nd = c->me;
 	jkey(c, kn, sizeof(kn), "n");
 	jkey(c, kd, sizeof(kd), "done");
 	jkey(c, ka, sizeof(ka), "alive");
+	/* the joiners of a first round take their tickets here without
+	 * reading the state (round_hint) */
+	hint_key(r, kr, sizeof(kr), "round");
+	snprintf(rv, sizeof(rv), "%lld", round);
+	if ((rc = dptp_tcpstore_client_set(c->c, kr, rv, strlen(rv), err)) < 0) {
+		free(tk);
+		return rc;
+	}
 	for (;;) {
 		double now = dptp_now();
 		int64_t n = 0, one = 1;
@@ -828,6 +890,8 @@ static int combine(struct rendezvous *r, double deadline, struct dptp_err *err)
 			break;
 		rc = 0;
 	}
+	if (rc == 0 && c->st->complete && !c->st->closed && c->st->round == round)
+		rc = publish_results(r, tk, ntk, err);
 	if (rc == 0) { /* the others stop waiting, whatever the round became */
 		const char *k1[] = {kd};
 		int64_t one = 1;
@@ -873,23 +937,111 @@ static int await_combiner(struct rendezvous *r, long long t, double deadline, st
 	return 0;
 }
 
+/* A ticket holder's rank from the combiner (publish_results): *joined when
+ * there is one for round. */
+static int take_result(struct rendezvous *r, long long t, long long round, bool *joined, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	const struct run_opts *o = r->opts;
+	char key[280];
+	const char *k[] = {key};
+	bool there = false;
+	struct dptp_tcpstore_buf b = {0};
+	long long rd, rank;
+	unsigned world;
+	int used = 0;
+	jkey(c, key, sizeof(key), "r/%lld", t);
+	DPTP_TRY(dptp_tcpstore_client_check(c->c, k, 1, &there, err));
+	if (!there)
+		return 0;
+	DPTP_TRY(dptp_tcpstore_client_get(c->c, key, &b, err));
+	int ok = b.data && sscanf((char *)b.data, "%lld %lld %u%n", &rd, &rank, &world, &used) == 3 &&
+		 (size_t)used == b.len && rd == round && world >= o->min_nodes && world <= o->max_nodes && rank >= 0 &&
+		 rank < (long long)world;
+	if (!ok) {
+		int rc = dptp_err_set(err, -EPROTO, "the rendezvous '%s' gives join ticket %lld '%.60s' (round %lld of "
+			"--nnodes=%u:%u expected)", r->run_id, t, b.data ? (char *)b.data : "", round, o->min_nodes,
+			o->max_nodes);
+		free(b.data);
+		return rc;
+	}
+	free(b.data);
+	c->res_round = rd;
+	c->res_rank = rank;
+	c->res_world = world;
+	c->compact = true; /* the state is read again before it is used */
+	c->last_sync = -1;
+	*joined = true;
+	return 0;
+}
+
+/* The round a first-round joiner takes its ticket in, without reading the
+ * state (O(N) bytes when many nodes have joined): the first dptp-run agent
+ * of the run id (ADD <run_id>.dptp.first) reads the state and SETs
+ * <run_id>.dptp.round, as does every combiner; the others WAIT for it (the
+ * read timeout at most). *round = -1: read the state. A stale round costs a
+ * fallback, not a wrong rank: its combiner has said done without a result
+ * for a later ticket, and torch's join follows. */
+static int round_hint(struct rendezvous *r, double deadline, long long *round, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	char kf[280], kr[280];
+	const char *k[] = {kr};
+	int64_t v = 0;
+	struct dptp_tcpstore_buf b = {0};
+	char *end;
+	*round = -1;
+	hint_key(r, kf, sizeof(kf), "first");
+	hint_key(r, kr, sizeof(kr), "round");
+	DPTP_TRY(dptp_tcpstore_client_add(c->c, kf, 1, &v, err));
+	if (v == 1)
+		return 0;
+	double left = deadline - dptp_now(), most = r->opts->c10d.read;
+	if (left <= 0)
+		return 0;
+	int rc = dptp_tcpstore_client_wait(c->c, k, 1, left < most ? left : most, err);
+	if (rc == -ETIMEDOUT)
+		return 0;
+	if (rc == -EINTR)
+		return dptp_err_set(err, rc, "a signal arrived during the rendezvous");
+	DPTP_TRY(rc);
+	DPTP_TRY(dptp_tcpstore_client_get(c->c, kr, &b, err));
+	long long v2 = b.data ? strtoll((char *)b.data, &end, 10) : -1;
+	if (b.data && end != (char *)b.data && !*end && v2 >= 0)
+		*round = v2;
+	free(b.data);
+	return 0;
+}
+
 /* Joins through the combiner where the round is open and this node in no
- * list yet; torch's join (run_op(op_join)) follows in any case, and
- * finishes at once where the combiner made this node a participant of a
- * complete round. */
-static int combined_join(struct rendezvous *r, double deadline, struct dptp_err *err)
+ * list yet (hint >= 0: round hint's, the state unread); *joined when the
+ * combiner's result gave this node its rank. torch's join (run_op(op_join))
+ * follows where not. */
+static int combined_join(struct rendezvous *r, long long hint, double deadline, bool *joined, struct dptp_err *err)
 {
 	struct rdzv_c10d *c = r->c10d;
 	const struct rdzv_state *s = c->st;
 	char key[280], val[320];
 	int has_set;
 	int64_t t = 0;
-	c->last_sync = -1;
-	DPTP_TRY(sync_state(r, &has_set, err));
-	if (s->closed || s->complete || rdzv_state_nd_find(s->part, s->npart, &c->me) >= 0 ||
-	    rdzv_state_nd_find(s->wait, s->nwait, &c->me) >= 0 || rdzv_state_nd_find(s->redund, s->nredund, &c->me) >= 0)
-		return 0;
-	snprintf(c->jkey, sizeof(c->jkey), "torch.rendezvous.%s.dptp.join.%lld/", r->run_id, s->round);
+	long long round = hint;
+	*joined = false;
+	if (hint < 0) {
+		c->last_sync = -1;
+		DPTP_TRY(sync_state(r, &has_set, err));
+		if (!c->joined_once) { /* the first agent of the run id (round_hint) */
+			char rv[32];
+			hint_key(r, key, sizeof(key), "round");
+			snprintf(rv, sizeof(rv), "%lld", s->round);
+			DPTP_TRY(dptp_tcpstore_client_set(c->c, key, rv, strlen(rv), err));
+		}
+		if (s->closed || s->complete || rdzv_state_nd_find(s->part, s->npart, &c->me) >= 0 ||
+		    rdzv_state_nd_find(s->wait, s->nwait, &c->me) >= 0 ||
+		    rdzv_state_nd_find(s->redund, s->nredund, &c->me) >= 0)
+			return 0;
+		round = s->round;
+	}
+	snprintf(c->jkey, sizeof(c->jkey), "torch.rendezvous.%s.dptp.join.%lld/", r->run_id, round);
 	jkey(c, key, sizeof(key), "n");
 	DPTP_TRY(dptp_tcpstore_client_add(c->c, key, 1, &t, err));
 	c->ticket = t;
@@ -897,8 +1049,9 @@ static int combined_join(struct rendezvous *r, double deadline, struct dptp_err 
 	snprintf(val, sizeof(val), "%lld %lld %s", c->me.pid, c->me.local_id, c->me.addr);
 	DPTP_TRY(dptp_tcpstore_client_set(c->c, key, val, strlen(val), err));
 	if (t == 1)
-		return combine(r, deadline, err);
-	return await_combiner(r, t, deadline, err);
+		return combine(r, round, deadline, err);
+	DPTP_TRY(await_combiner(r, t, deadline, err));
+	return take_result(r, t, round, joined, err);
 }
 
 /* ---- setup --------------------------------------------------------------- */
@@ -995,10 +1148,17 @@ static int c10d_start(struct rendezvous *r, struct dptp_err *err)
 	snprintf(c->host, sizeof(c->host), "%s", host);
 	c->port = (unsigned)port;
 	snprintf(c->key, sizeof(c->key), "torch.rendezvous.%s", r->run_id);
-	/* the backend's constructor: the sentinel unless a state exists */
+	/* the backend's constructor: the sentinel unless a state exists.
+	 * torch's COMPARE_SET against "" answers with the state when there is
+	 * one: O(N) bytes for each node that starts late, so a CHECK first (a
+	 * state created meanwhile merely fails the COMPARE_SET) */
 	struct dptp_tcpstore_buf cur = {0};
-	DPTP_TRY(dptp_tcpstore_client_compare_set(c->c, c->key, "", 0, RDZV_NULL_SENTINEL, strlen(RDZV_NULL_SENTINEL), &cur,
-		err));
+	const char *k[] = {c->key};
+	bool there = false;
+	DPTP_TRY(dptp_tcpstore_client_check(c->c, k, 1, &there, err));
+	if (!there)
+		DPTP_TRY(dptp_tcpstore_client_compare_set(c->c, c->key, "", 0, RDZV_NULL_SENTINEL,
+			strlen(RDZV_NULL_SENTINEL), &cur, err));
 	free(cur.data);
 	return 0;
 }
@@ -1178,24 +1338,41 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 	if (!c->joined_once && pause_s(r, (double)(rand() % 300) / 1000.0) < 0) /* torch's first-round skew */
 		return dptp_err_set(err, -EINTR, "a signal arrived during the rendezvous");
 	double deadline = dptp_now() + o->c10d.join;
-	DPTP_TRY(run_op(r, op_exit, deadline, "leaving the last round", err));
-	if (!getenv("DPTP_RDZV_TORCH_JOIN"))
-		DPTP_TRY(combined_join(r, deadline, err));
-	DPTP_TRY(run_op(r, op_join, deadline, "joining", err));
+	bool torch_join = getenv("DPTP_RDZV_TORCH_JOIN") != NULL, joined = false;
+	long long hint = -1;
+	/* a first round: this process is in no round yet, nothing to leave */
+	if (!torch_join && !c->joined_once)
+		DPTP_TRY(round_hint(r, deadline, &hint, err));
+	if (hint < 0)
+		DPTP_TRY(run_op(r, op_exit, deadline, "leaving the last round", err));
+	if (!torch_join)
+		DPTP_TRY(combined_join(r, hint, deadline, &joined, err));
+	if (!joined)
+		DPTP_TRY(run_op(r, op_join, deadline, "joining", err));
 	c->t_join = dptp_now() - (deadline - o->c10d.join);
 	c->joined_once = true;
 	c->heartbeats = true;
 
 	const struct rdzv_state *s = c->st;
-	int me = rdzv_state_nd_find(s->part, s->npart, &c->me);
-	if (me < 0)
-		return dptp_err_set(err, -EPROTO, "the completed rendezvous does not list this node");
-	DPTP_TRY(check_round(r, err));
-	unsigned rank = (unsigned)s->rank[me], world = s->npart;
+	unsigned rank, world;
+	long long round;
+	if (joined) { /* the combiner's result (take_result checked it) */
+		rank = (unsigned)c->res_rank;
+		world = c->res_world;
+		round = c->res_round;
+	} else {
+		int me = rdzv_state_nd_find(s->part, s->npart, &c->me);
+		if (me < 0)
+			return dptp_err_set(err, -EPROTO, "the completed rendezvous does not list this node");
+		DPTP_TRY(check_round(r, err));
+		rank = (unsigned)s->rank[me];
+		world = s->npart;
+		round = s->round;
+	}
 	r->barrier_n = world;
 	info(r, "The node '%s_%lld_%lld' has joined round %lld of the rendezvous '%s' as rank %u in a world of size %u.",
-		c->me.addr, c->me.pid, c->me.local_id, s->round, r->run_id, rank, world);
-	snprintf(prefix, sizeof(prefix), "/torch.rendezvous.%s.%lld/", r->run_id, s->round);
+		c->me.addr, c->me.pid, c->me.local_id, round, r->run_id, rank, world);
+	snprintf(prefix, sizeof(prefix), "/torch.rendezvous.%s.%lld/", r->run_id, round);
 	if (dptp_tcpstore_client_set_prefix(r->agent, prefix) < 0)
 		return dptp_err_set(err, -EMSGSIZE, "run id '%s' is too long for a store key", r->run_id);
 	DPTP_TRY(store_info(r, rank, out, err));
@@ -1208,7 +1385,7 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 	bool node0_dptp = false;
 	int rc = c10d_round_nodes(r, rank, world, out, rk, &node0_dptp, err);
 	if (rc == 0)
-		rc = hb_begin(r, rank, world, node0_dptp, err);
+		rc = hb_begin(r, round, rank, world, node0_dptp, err);
 	if (dptp_tcpstore_client_set_prefix(c->c, "/") < 0 && rc == 0)
 		rc = dptp_err_set(err, -ENOMEM, "out of memory");
 	DPTP_TRY(rc);
@@ -1218,7 +1395,7 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 	out->store_port = c->port;
 	/* every node names the job alike: node 0's pid and the round */
 	snprintf(out->nspace, sizeof(out->nspace), "dptp-run.%d.%lld", out->nodes ? out->nodes[0].pid : (int)getpid(),
-		s->round);
+		round);
 	return 0;
 }
 
@@ -1240,7 +1417,12 @@ int rdzv_c10d_heartbeat(struct rendezvous *r, struct dptp_err *err)
 	}
 	/* torch's timer fires every keep_alive_interval and skips when the last
 	 * heartbeat is younger: checked here on every call instead, so that a
-	 * heartbeat is never up to two intervals old */
+	 * heartbeat is never up to two intervals old (on the state as read:
+	 * after a join by the combiner's result, read it first) */
+	if (c->compact) {
+		int has_set;
+		DPTP_TRY(sync_state(r, &has_set, err));
+	}
 	if (should_keep_alive(r))
 		return run_op(r, op_keep_alive, dptp_now() + r->opts->c10d.heartbeat, "a heartbeat", err);
 	return 0;
@@ -1281,21 +1463,29 @@ int rdzv_c10d_tick(struct rendezvous *r, struct dptp_err *err)
 }
 
 /* Closing: every node of torch's writes closed=true, all at once, one
- * COMPARE_SET each against the others'. Where rank 0 folds the heartbeats,
- * it closes and says so under <round>/dptp/closed; the others wait for that
- * (up to the close timeout, 5 s at most) and close themselves only without
- * it. */
-static bool closed_by_rank0(struct rendezvous *r)
+ * COMPARE_SET each against the others': N reads and writes of O(N) bytes.
+ * Where rank 0 folds the heartbeats (a dptp-run), the first node to shut
+ * down (ADD <round>/dptp/closer: 1) closes, as torch's first would, and says
+ * so under <round>/dptp/closed; the others wait for that (up to the close
+ * timeout) and close themselves only without it. (Rank 0 closed for all
+ * before: a rank 0 that came late, the store's host at 4096 nodes, made
+ * every node close itself after 5 s.) */
+static bool closed_by_another(struct rendezvous *r, bool *closer)
 {
 	struct rdzv_c10d *c = r->c10d;
-	char kb[1][280];
-	static const char *const names[] = {"closed"};
-	const char *keys[1] = {kb[0]};
-	if (c->hb != HB_MEMBER)
+	char kb[2][280];
+	static const char *const names[] = {"closed", "closer"};
+	const char *keys[1] = {kb[0]}, *ck[1] = {kb[1]};
+	int64_t one = 1, v = 0;
+	*closer = false;
+	if (c->hb == HB_TORCH)
 		return false;
-	hb_keys(c, names, kb, 1);
-	double t = r->opts->c10d.close < 5 ? r->opts->c10d.close : 5;
-	return dptp_tcpstore_client_wait(c->c, keys, 1, t, NULL) == 0;
+	hb_keys(c, names, kb, 2);
+	if (dptp_tcpstore_client_add_many(c->c, ck, &one, 1, &v, NULL) < 0 || v == 1) {
+		*closer = true;
+		return false;
+	}
+	return dptp_tcpstore_client_wait(c->c, keys, 1, r->opts->c10d.close, NULL) == 0;
 }
 
 static void closed_mark(struct rendezvous *r)
@@ -1314,20 +1504,22 @@ static void c10d_shutdown(struct rendezvous *r)
 	struct rdzv_c10d *c = r->c10d;
 	if (c && c->c && !r->quick) {
 		struct dptp_err err = {0};
+		bool closer = false;
 		c->heartbeats = false;
-		if (!closed_by_rank0(r) && run_op(r, op_close, dptp_now() + r->opts->c10d.close, "closing", &err) < 0)
+		if (!closed_by_another(r, &closer) && run_op(r, op_close, dptp_now() + r->opts->c10d.close, "closing", &err) < 0)
 			fprintf(stderr, "dptp-run: warning: the rendezvous could not be closed: %s\n", err.msg);
-		else if (c->hb == HB_FOLDER)
+		else if (closer)
 			closed_mark(r);
 	}
 	if (c && c->stats) {
 		struct rusage ru;
 		getrusage(RUSAGE_SELF, &ru);
 		fprintf(stderr, "dptp-run: rdzv stats: cas=%llu cas_lost=%llu get=%llu pauses=%llu sent=%llu recv=%llu "
-			"codec_s=%.3f join_s=%.3f cpu_s=%.3f state_nodes=%u folds=%llu beats=%llu batches=%llu ticket=%lld\n", c->n_cas, c->n_cas_lost, c->n_get, c->n_pause,
+			"codec_s=%.3f join_s=%.3f cpu_s=%.3f state_nodes=%u folds=%llu beats=%llu batches=%llu ticket=%lld "
+			"results=%llu by_result=%d\n", c->n_cas, c->n_cas_lost, c->n_get, c->n_pause,
 			c->b_sent, c->b_recv, c->t_codec, c->t_join,
 			(double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6,
-			c->st->npart, c->n_folds, c->n_beats, c->n_batches, c->ticket);
+			c->st->npart, c->n_folds, c->n_beats, c->n_batches, c->ticket, c->n_results, c->res_world > 0);
 	}
 	if (c) {
 		dptp_tcpstore_client_destroy(c->c);

@@ -3,8 +3,10 @@
 Clients connect to Proxy.port; each connection gets its own connection to the
 store, bytes pass unchanged both ways, and the client-to-store stream is cut
 into torch's TCPStore frames (the current dialect: VALIDATE first) to count
-them per opcode, and the COMPARE_SETs per key with a non-empty expected value
-(writes of a read state; torch's constructor compares against "").
+them per opcode, the COMPARE_SETs per key with a non-empty expected value
+(writes of a read state; torch's constructor compares against ""), and per key
+the connections that sent a GET or a COMPARE_SET of it (each reply carries the
+value: the connections the value went to).
 
 One thread, selectors; Proxy.start() runs it in a daemon thread,
 Proxy.close() stops it."""
@@ -83,6 +85,7 @@ class Proxy:
         self.sel.register(self.ls, selectors.EVENT_READ, None)
         self.ops = collections.Counter()
         self.cas = collections.Counter()  # key -> COMPARE_SETs with a non-empty expected value
+        self.readers = collections.defaultdict(set)  # key -> ids of the connections that GOT or COMPARE_SET it
         self.connections = 0
         self.live = 0  # connections open now
         self.peak = 0  # the most open at once
@@ -131,6 +134,8 @@ class Proxy:
                 self.ops[OPS[op]] += 1
                 if op == 2 and strs[1]:
                     self.cas[strs[0].decode("utf-8", "replace")] += 1
+                if op in (2, 3):
+                    self.readers[strs[0].decode("utf-8", "replace")].add(id(pr))
                 off += n
         except ValueError as e:
             self.bad = str(e)
