@@ -117,6 +117,9 @@ struct audit_report {
 	struct audit_exit *exits; /* every wexit of launcher.jsonl, in its order */
 	size_t nexits;
 	size_t nrecords;    /* all records read */
+	size_t calls;       /* the collective and point-to-point calls among them */
+	size_t calls_held;  /* the most calls the analysis held at once: those its groups' ranks were
+	                       apart by (the analysis streams the files merged by time), not all calls */
 };
 
 /* given NULL: infer the layout per world. hung_attempt: the attempt the

@@ -4,7 +4,9 @@ of healthy patterns must give no finding and must not be ended as a hang
 every run (issue 31 item 4).
 usage: analysis_e2e.py DPTP_RUN TORCH_PYTHON CASE
 CASE: healthy (every tests/audit/healthy*.py), one healthy_* program alone,
-or skipped_step. Skipped (77) without a python with torch."""
+skipped_step, or cap_sums (a loop past a small record cap: compared by count
+and sum of signatures, pass; one rank's dtype changed past the cap: P).
+Skipped (77) without a python with torch."""
 import glob
 import json
 import os
@@ -30,13 +32,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def job(script, extra=(), timeout=200):
+def job(script, extra=(), timeout=200, env_more=None):
     tmp = tempfile.mkdtemp(prefix="dptp_analysis_e2e_")
     try:
         out = os.path.join(tmp, "audit.json")
         n = "4" if script in FOUR else "2"
         env = dict(os.environ, PYTHON_EXEC=TORCH_PY, AUDIT_PORT=str(free_port()), AUDIT_SLOW="6")
         env.pop("LD_PRELOAD", None)
+        env.update(env_more or {})
         p = subprocess.run([RUN, "--master-port", str(free_port()), "--nproc-per-node", n, "--audit",
                             "--log-dir", os.path.join(tmp, "logs"), "--audit-output", out] + list(extra) +
                            [script + ".py"], cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout)
@@ -84,11 +87,27 @@ def skipped_step():
                 fail("run %d: no %r in %s" % (run, needle, text))
 
 
+def cap_sums():
+    """issue 30 item 6 with contract amendment 08:25: 1200 all_reduce per rank
+    under DPTP_AUDIT_MAX_RECORDS=300"""
+    rc, se, rep = job("healthy_long_loop", env_more={"DPTP_AUDIT_MAX_RECORDS": "300"})
+    if rc != 0 or rep["findings"] or rep.get("gaps") or rep.get("status") != "pass":
+        fail("healthy loop past the cap: rc %d, status %s, findings %s, gaps %s\n%s" % (
+            rc, rep.get("status"), rep["findings"], rep.get("gaps"), se[-2000:]))
+    rc, se, rep = job("healthy_long_loop", env_more={"DPTP_AUDIT_MAX_RECORDS": "300", "AUDIT_CAP_BAD": "1"})
+    text = " ".join(f["detail"] for f in rep["findings"])
+    if rc != 1 or [f[:2] for f in findings(rep)] != [("P", (1,))] or \
+            "calls past the record cap differ in op/size/dtype/root on group [0,1]: rank 1 vs rank 0" not in text:
+        fail("a dtype changed past the cap: rc %d, findings %s\n%s\n%s" % (rc, findings(rep), text, se[-2000:]))
+
+
 if not TORCH_PY:
     print("no python with torch: skipped")
     sys.exit(77)
 if CASE == "skipped_step":
     skipped_step()
+elif CASE == "cap_sums":
+    cap_sums()
 elif CASE == "healthy":  # the corpus: each program, every failure told
     progs = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(HERE, "healthy*.py")))
     bad = [why for why in map(healthy, progs) if why]

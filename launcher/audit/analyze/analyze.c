@@ -95,11 +95,8 @@ static int nccl_ops(struct st *s)
 			const struct a_nccl d = j->nccl[k];
 			if (d.world != s->world || d.init || strcmp(d.id, id) || d.rank < 0 || s->r[d.rank].py)
 				continue;
-			struct a_op *o = push(&j->op, &j->nop, &j->capop, sizeof(*j->op));
-			if (!o) {
-				rc = -ENOMEM;
-				break;
-			}
+			struct a_op x = {0}, *o = &x;
+			o->lk = ++j->late_lk;
 			o->proc = d.proc;
 			o->world = s->world;
 			o->rank = d.rank;
@@ -126,7 +123,9 @@ static int nccl_ops(struct st *s)
 				o->has[kg] = true;
 				o->root[kg] = members[d.root];
 			}
-			s->r[d.rank].last_op = (long)j->nop - 1;
+			if ((rc = calls_add(j, o)) < 0)
+				break;
+			s->r[d.rank].last_op = proc_call(&j->p[d.proc], 0);
 		}
 		free(cnt);
 	}
@@ -134,53 +133,29 @@ static int nccl_ops(struct st *s)
 	return rc;
 }
 
-/* by (group, rank, pos), then load order */
-static int cmp_byg(const void *a, const void *b, void *arg)
+/* by the place of their first record in the files */
+static int cmp_lk(const void *a, const void *b, void *arg)
 {
-	const struct a_op *op = arg;
-	size_t i = *(const size_t *)a, k = *(const size_t *)b;
-	const struct a_op *x = &op[i], *y = &op[k];
-	if (x->gid != y->gid)
-		return x->gid < y->gid ? -1 : 1;
-	if (x->rank != y->rank)
-		return x->rank < y->rank ? -1 : 1;
-	if (x->pos != y->pos)
-		return x->pos < y->pos ? -1 : 1;
-	return (i > k) - (i < k);
+	const struct a_group *g = arg;
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+	if (g[x].lk != g[y].lk)
+		return g[x].lk < g[y].lk ? -1 : 1;
+	return (x > y) - (x < y);
 }
 
-static int index_ops(struct st *s)
+/* this world's groups, in the order the files name them */
+static int order_groups(struct st *s)
 {
-	struct job *j = s->j;
-	size_t n = 0;
-	free(s->wops);
-	free(s->byg);
-	free(s->gstart);
-	free(s->gend);
-	s->wops = malloc((j->nop + 1) * sizeof(*s->wops));
-	s->byg = malloc((j->nop + 1) * sizeof(*s->byg));
-	s->gstart = calloc(j->ng + 1, sizeof(*s->gstart));
-	s->gend = calloc(j->ng + 1, sizeof(*s->gend));
-	if (!s->wops || !s->byg || !s->gstart || !s->gend)
+	const struct job *j = s->j;
+	free(s->gorder);
+	s->ngorder = 0;
+	if (!(s->gorder = malloc((j->ng + 1) * sizeof(*s->gorder))))
 		return -ENOMEM;
-	s->nwops = 0;
-	for (size_t i = 0; i < j->nop; i++) {
-		const struct a_op *o = &j->op[i];
-		if (o->world != s->world || o->rank < 0 || o->rank >= s->size)
-			continue;
-		s->wops[s->nwops++] = i;
-		if (o->pos >= 0)
-			s->byg[n++] = i;
-	}
-	if (n > 1)
-		qsort_r(s->byg, n, sizeof(*s->byg), cmp_byg, j->op);
-	for (size_t i = 0; i < n; i++) {
-		int gid = j->op[s->byg[i]].gid;
-		if (!i || gid != j->op[s->byg[i - 1]].gid)
-			s->gstart[gid] = i;
-		s->gend[gid] = i + 1;
-	}
-	s->nbyg = n;
+	for (size_t i = 0; i < j->ng; i++)
+		if (j->g[i].world == s->world)
+			s->gorder[s->ngorder++] = i;
+	if (s->ngorder > 1)
+		qsort_r(s->gorder, s->ngorder, sizeof(*s->gorder), cmp_lk, j->g);
 	return 0;
 }
 
@@ -205,7 +180,7 @@ int world_open(struct st *s, struct job *j, int world, struct audit_result *out)
 		s->r[r].proc = -1;
 		s->r[r].dev = -1;
 		s->r[r].local_rank = -1;
-		s->r[r].last_op = -1;
+		s->r[r].last_op = NULL;
 	}
 	for (size_t i = 0; i < j->np; i++) {
 		const struct a_proc *p = &j->p[i];
@@ -238,24 +213,21 @@ int world_open(struct st *s, struct job *j, int world, struct audit_result *out)
 			rk->dev = dev;
 			snprintf(rk->dev_site, sizeof(rk->dev_site), "%s", p->dev_site);
 		}
-		if (p->last_op >= 0 && j->op[p->last_op].world == world &&
-		    (rk->last_op < 0 || j->op[p->last_op].t >= j->op[rk->last_op].t))
-			rk->last_op = p->last_op;
+		const struct a_op *last = proc_call(p, 0);
+		if (last && last->world == world && (!rk->last_op || last->t >= rk->last_op->t))
+			rk->last_op = last;
 		out->nrecords += p->nrec;
 	}
 	for (int r = 0; r < s->size; r++)
 		out->nrecorded += s->r[r].rec;
 	int rc = nccl_ops(s);
-	return rc < 0 ? rc : index_ops(s);
+	return rc < 0 ? rc : order_groups(s);
 }
 
 void world_close(struct st *s)
 {
 	free(s->r);
-	free(s->wops);
-	free(s->byg);
-	free(s->gstart);
-	free(s->gend);
+	free(s->gorder);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -380,9 +352,8 @@ static bool idle_world(const struct job *j, int w)
 		other |= (int)k != w && j->w[k].att == j->w[w].att;
 	if (!other)
 		return false;
-	for (size_t i = 0; i < j->nop; i++)
-		if (j->op[i].world == w)
-			return false;
+	if (j->w[w].has_calls)
+		return false;
 	for (size_t i = 0; i < j->nres; i++)
 		if (j->res[i].world == w)
 			return false;
@@ -427,6 +398,26 @@ static int analyze_world(struct job *j, int w, const struct dptp_layout *given, 
 	return rc;
 }
 
+static int cmp_wlk(const void *a, const void *b, void *arg)
+{
+	const struct a_world *w = arg;
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+	if (w[x].lk != w[y].lk)
+		return w[x].lk < w[y].lk ? -1 : 1;
+	return (x > y) - (x < y);
+}
+
+/* the worlds in the order the files name them first; NULL on ENOMEM */
+static size_t *world_order(const struct job *j)
+{
+	size_t *v = malloc((j->nw + 1) * sizeof(*v));
+	for (size_t i = 0; v && i < j->nw; i++)
+		v[i] = i;
+	if (v && j->nw > 1)
+		qsort_r(v, j->nw, sizeof(*v), cmp_wlk, j->w);
+	return v;
+}
+
 int audit_analyze_job(const char *dir, const struct dptp_layout *given, int hung_attempt, struct audit_report *rep,
 		      struct dptp_err *err)
 {
@@ -440,14 +431,21 @@ int audit_analyze_job(const char *dir, const struct dptp_layout *given, int hung
 	}
 	rep->nrecords = j.nrecords;
 	rep->attempts = j.np || j.nw ? j.maxatt + 1 : 0;
+	rep->calls = j.ncalls;
+	rep->calls_held = j.held_peak;
 	rc = job_gaps(&j, rep);
+	size_t *order = rc == 0 ? world_order(&j) : NULL;
+	if (rc == 0 && !order)
+		rc = -ENOMEM;
 	for (int att = 0; att <= j.maxatt && rc == 0; att++)
-		for (size_t w = 0; w < j.nw && rc == 0; w++) {
+		for (size_t i = 0; i < j.nw && rc == 0; i++) {
+			size_t w = order[i];
 			if (j.w[w].att != att || idle_world(&j, (int)w))
 				continue;
 			struct audit_result *res = push(&rep->w, &rep->nw, &capw, sizeof(*rep->w));
 			rc = res ? analyze_world(&j, (int)w, given, hung_attempt, res) : -ENOMEM;
 		}
+	free(order);
 	if (rc == 0 && j.nexits) {
 		rep->exits = j.exits;
 		rep->nexits = j.nexits;
@@ -523,7 +521,11 @@ int audit_analyze_pending(const char *dir, char *msg, size_t len, pid_t *pids, s
 	*attempt = j.maxatt;
 	if (len)
 		msg[0] = '\0';
-	for (size_t w = 0; w < j.nw && rc == 0 && !working; w++) {
+	size_t *order = rc == 0 ? world_order(&j) : NULL;
+	if (rc == 0 && !order)
+		rc = -ENOMEM;
+	for (size_t i = 0; i < j.nw && rc == 0 && !working; i++) {
+		size_t w = order[i];
 		if (j.w[w].att != j.maxatt || idle_world(&j, (int)w))
 			continue;
 		struct audit_result tmp;
@@ -548,6 +550,7 @@ int audit_analyze_pending(const char *dir, char *msg, size_t len, pid_t *pids, s
 		world_close(&s);
 		result_release(&tmp);
 	}
+	free(order);
 	if (off >= 2 && len > off && !strcmp(msg + off - 2, "; "))
 		msg[off - 2] = '\0';
 	/* the launcher's workers, and the processes they started still running */

@@ -15,19 +15,19 @@
 
 /* G (a): a loop that broadcasts one slice per DP replica over a group
  * spanning replicas: each round's sources must come one from each replica. */
-static int bcast_round(struct st *s, const struct a_group *g, const struct a_op *const *run, int dp, bool *found)
+static int bcast_round(struct st *s, const struct a_group *g, const int *srcs, const char *site, const char *op,
+		       int dp, bool *found)
 {
 	const struct audit_result *res = s->out;
-	int *have = calloc((size_t)dp, sizeof(int)), *srcs = malloc((size_t)dp * sizeof(int));
+	int *have = calloc((size_t)dp, sizeof(int));
 	int *victims = malloc((g->n + 1) * sizeof(int));
 	bool distinct = true, covers = true;
 	int rc = 0;
-	if (!have || !srcs || !victims) {
+	if (!have || !victims) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	for (int i = 0; i < dp; i++) {
-		srcs[i] = (int)run[i]->root[R_SRC];
 		for (int k = 0; k < i; k++)
 			distinct &= srcs[k] != srcs[i];
 		int d = replica_of(res, srcs[i]);
@@ -47,7 +47,7 @@ static int bcast_round(struct st *s, const struct a_group *g, const struct a_op 
 	char gr[256], sr[256];
 	fmt_ranks(gr, sizeof(gr), g->ranks, g->n);
 	fmt_ranks(sr, sizeof(sr), srcs, (size_t)dp);
-	rc = add_finding(s, 'G', victims, nv, run[0]->site, run[0]->op,
+	rc = add_finding(s, 'G', victims, nv, site, op,
 		"a loop of %d broadcasts over group [%s], which spans replicas, takes its sources from ranks %s: not one per replica, so the slices of the replicas with none are another replica's data (the dispatch broadcast on the EP group instead of the DP group)",
 		dp, gr, sr);
 	if (rc == 0)
@@ -55,61 +55,64 @@ static int bcast_round(struct st *s, const struct a_group *g, const struct a_op 
 	*found = true;
 out:
 	free(have);
-	free(srcs);
 	free(victims);
 	return rc;
 }
 
+static int cmp_first(const void *a, const void *b)
+{
+	const struct g_agg *x = *(const struct g_agg *const *)a, *y = *(const struct g_agg *const *)b;
+	return (x->first_pos > y->first_pos) - (x->first_pos < y->first_pos);
+}
+
+/* per site of the member with the most calls on the group: its broadcasts
+ * in rounds of dp (calls.c keeps the distinct rounds, in order) */
 static int g_loop(struct st *s)
 {
 	const struct audit_result *res = s->out;
+	const struct job *j = s->j;
 	int rc = 0, dp = res->layout_known ? res->layout.dp : 0;
 	if (dp < 2)
 		return 0;
-	for (size_t gid = 0; gid < s->j->ng && rc == 0; gid++) {
-		const struct a_group *g = &s->j->g[gid];
-		if (!world_group(s, gid) || !group_spans_replicas(s, g))
+	const struct g_agg **v = malloc((j->ngagg + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t gi = 0; gi < s->ngorder && rc == 0; gi++) {
+		size_t gid = s->gorder[gi];
+		const struct a_group *g = &j->g[gid];
+		if (!group_spans_replicas(s, g))
 			continue;
 		struct seqs q = {0};
-		size_t ref = SIZE_MAX;
+		size_t ref = SIZE_MAX, n = 0;
 		if ((rc = build_seqs(s, (int)gid, &q)) < 0) {
 			free_seqs(&q);
 			break;
 		}
 		for (size_t m = 0; m < g->n; m++)
-			if (q.v[m] && (ref == SIZE_MAX || q.len[m] > q.len[ref]))
+			if (q.in[m] && (ref == SIZE_MAX || q.len[m] > q.len[ref]))
 				ref = m;
-		if (ref == SIZE_MAX) {
-			free_seqs(&q);
+		free_seqs(&q);
+		if (ref == SIZE_MAX)
 			continue;
-		}
-		/* per site: the broadcasts in order, cut into rounds of dp */
-		bool *used = calloc(q.len[ref] + 1, sizeof(*used));
-		const struct a_op **run = calloc(q.len[ref] + 1, sizeof(*run));
-		if (!used || !run)
-			rc = -ENOMEM;
-		for (size_t k = 0; used && run && k < q.len[ref] && rc == 0; k++) {
-			const struct a_op *o = q.v[ref][k];
-			if (used[k] || !o || strcmp(o->op, "broadcast") || !o->has[R_SRC])
-				continue;
-			size_t nrun = 0;
-			for (size_t x = k; x < q.len[ref]; x++) {
-				const struct a_op *p = q.v[ref][x];
-				if (p && !strcmp(p->op, o->op) && p->site == o->site && p->has[R_SRC]) {
-					used[x] = true;
-					run[nrun++] = p;
-				}
-			}
-			if (nrun % (size_t)dp)
+		for (size_t i = 0; i < j->ngagg; i++)
+			if ((size_t)j->gagg[i].gid == gid && j->gagg[i].rank == g->ranks[ref])
+				v[n++] = &j->gagg[i];
+		if (n > 1)
+			qsort(v, n, sizeof(*v), cmp_first);
+		for (size_t i = 0; i < n && rc == 0; i++) {
+			const struct g_agg *a = v[i];
+			const struct g_div *d = NULL;
+			for (int k = 0; k < a->nd; k++)
+				if (a->d[k].d == dp)
+					d = &a->d[k];
+			if (!d || a->nrun % (size_t)dp)
 				continue;
 			bool found = false;
-			for (size_t r0 = 0; r0 < nrun && rc == 0 && !found; r0 += (size_t)dp)
-				rc = bcast_round(s, g, run + r0, dp, &found); /* one finding per site */
+			for (size_t r = 0; r < d->nrounds && rc == 0 && !found; r++)
+				rc = bcast_round(s, g, &d->rounds[r * (size_t)dp], a->site, a->op, dp, &found); /* one per site */
 		}
-		free(used);
-		free(run);
-		free_seqs(&q);
 	}
+	free(v);
 	return rc;
 }
 

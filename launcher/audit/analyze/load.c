@@ -1,7 +1,8 @@
 /* dptp-run --audit: reading the audit folder into the job model (model.h).
- * Every file is read once, a buffer at a time: memory grows with the
- * records the analysis keeps (one compact entry per call), not with the
- * files. */
+ * Every file is read once, a buffer at a time; the Python files (the calls)
+ * side by side, merged by time, so that the calls held (calls.c) are those
+ * the ranks of a group are apart by: memory grows with the sockets, segments
+ * and NCCL records kept, not with the collective calls. */
 #include "audit/analyze/model.h"
 
 #include <dirent.h>
@@ -80,8 +81,8 @@ static int proc_of(struct job *j, int att, pid_t pid)
 	p->env_rank = p->env_world = p->local_rank = -1;
 	p->cur_w = p->home_w = p->home_rank = -1;
 	p->dev_set = p->dev_tensor = p->dev_nccl = p->dev_c = -1;
-	p->last_op = -1;
 	p->wrank_l = -1;
+	p->wlocal = -1;
 	p->code = -1;
 	p->owner = -1;
 	return (int)j->np - 1;
@@ -96,12 +97,16 @@ static int world_of(struct job *j, int att, const char *id, int size)
 			continue;
 		if (!id[0] && size > j->w[i].size)
 			j->w[i].size = size;
-		if (!id[0] || j->w[i].size == size)
+		if (!id[0] || j->w[i].size == size) {
+			if (j->cur_lk < j->w[i].lk) /* the files are merged by time: the first in their order */
+				j->w[i].lk = j->cur_lk;
 			return (int)i;
+		}
 	}
 	struct a_world *w = push(&j->w, &j->nw, &j->capw, sizeof(*j->w));
 	if (!w)
 		return -ENOMEM;
+	w->lk = j->cur_lk;
 	w->att = att;
 	w->size = size;
 	snprintf(w->id, sizeof(w->id), "%s", id);
@@ -156,9 +161,8 @@ static int on_op(struct job *j, int pi, const struct dptp_audit_rec *rec)
 	int gid = rec_group(j, p->cur_w, rec);
 	if (gid < 0)
 		return gid == -1 ? 0 : gid;
-	struct a_op *o = push(&j->op, &j->nop, &j->capop, sizeof(*j->op));
-	if (!o)
-		return -ENOMEM;
+	struct a_op x = {0}, *o = &x;
+	o->lk = j->cur_lk;
 	o->proc = pi;
 	o->world = p->cur_w;
 	o->rank = p->wrank[p->nw - 1];
@@ -179,8 +183,8 @@ static int on_op(struct job *j, int pi, const struct dptp_audit_rec *rec)
 	o->pos = -1;
 	if (!is_p2p(o->op) && (o->pos = count_call(p, gid, o)) < 0)
 		return -ENOMEM;
-	p->last_op = (long)j->nop - 1;
-	return 0;
+	j->ncalls++;
+	return calls_add(j, o);
 }
 
 /* a `done`: the call of this process with that group and seq returned */
@@ -189,13 +193,8 @@ static void on_done(struct job *j, int pi, const struct dptp_audit_rec *rec)
 	struct a_proc *p = &j->p[pi];
 	int gid = rec_group(j, p->cur_w, rec);
 	long long seq = dptp_audit_rec_int(rec, "seq", 0);
-	if (gid < 0)
-		return;
-	for (long k = p->last_op, n = 0; k >= 0 && n < 4096 && j->op[k].proc == pi; k--, n++)
-		if (j->op[k].gid == gid && j->op[k].seq == seq) {
-			j->op[k].done = true;
-			return;
-		}
+	if (gid >= 0)
+		calls_done(p, gid, seq);
 }
 
 static void on_dev(struct a_proc *p, const struct dptp_audit_rec *rec)
@@ -443,7 +442,8 @@ static int on_record(struct job *j, int pi, bool py, const struct dptp_audit_rec
 			if (gid >= 0 && !c)
 				return -ENOMEM;
 			if (c)
-				*c = (struct a_count){.proc = pi, .gid = gid, .seq = dptp_audit_rec_int(rec, "seq", 0)};
+				*c = (struct a_count){.proc = pi, .gid = gid, .seq = dptp_audit_rec_int(rec, "seq", 0),
+					.nc = dptp_audit_rec_int(rec, "nc", -1)};
 			const char *hs = dptp_audit_rec_str(rec, "hs", "");
 			if (c && strlen(hs) == 16 && strspn(hs, "0123456789abcdef") == 16) {
 				c->hs = strtoull(hs, NULL, 16);
@@ -544,8 +544,8 @@ static int launcher_line(void *arg, const char *line, size_t len, size_t ord)
 			else if (start) {
 				j->p[pi].wstart = true;
 				j->p[pi].wrank_l = rank;
-				if (j->p[pi].local_rank < 0)
-					j->p[pi].local_rank = (int)dptp_audit_rec_int(&rec, "local_rank", -1);
+				/* the hellos' local rank first (job_load) */
+				j->p[pi].wlocal = (int)dptp_audit_rec_int(&rec, "local_rank", -1);
 			} else {
 				struct a_proc *p = &j->p[pi];
 				p->wexit = true;
@@ -846,15 +846,174 @@ static int mark_recovered(struct job *j)
 	return 0;
 }
 
+/* ---- the Python files, merged by time ------------------------------------ */
+
+/* A Python file read a buffer at a time, its next record parsed: the files
+ * are read side by side, the record with the earliest time first, so that
+ * each group's window holds only the calls its ranks are apart by. */
+struct reader {
+	char *path;
+	int fd;            /* -1: opened again at off when needed (many files) */
+	off_t off;
+	char *buf;
+	size_t cap, len, pos;
+	size_t ord;        /* the next line's number in the file */
+	int proc;
+	bool eof, have;
+	double t;          /* the record's time, else the last one's */
+	uint64_t lk;
+	struct dptp_audit_rec rec;
+};
+
+enum { READERS_OPEN = 200, READER_BUF = 1 << 14 };
+
+static int reader_fill(struct reader *r, bool keep_open)
+{
+	if (r->pos) {
+		memmove(r->buf, r->buf + r->pos, r->len - r->pos);
+		r->len -= r->pos;
+		r->pos = 0;
+	}
+	if (r->len == r->cap) { /* a line longer than the buffer */
+		char *nb = realloc(r->buf, r->cap * 2);
+		if (!nb)
+			return -ENOMEM;
+		r->buf = nb;
+		r->cap *= 2;
+	}
+	if (r->fd < 0 && (r->fd = open(r->path, O_RDONLY | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? (r->eof = true, 0) : -errno;
+	ssize_t got;
+	do
+		got = pread(r->fd, r->buf + r->len, r->cap - r->len, r->off);
+	while (got < 0 && errno == EINTR);
+	if (got < 0)
+		return -errno;
+	if (got == 0)
+		r->eof = true;
+	r->len += (size_t)got;
+	r->off += got;
+	if (!keep_open || r->eof) {
+		close(r->fd);
+		r->fd = -1;
+	}
+	return 0;
+}
+
+/* the next record of r (r->have), skipping the lines that are none */
+static int reader_next(struct job *j, struct reader *r, bool keep_open)
+{
+	if (r->have)
+		dptp_audit_rec_release(&r->rec);
+	r->have = false;
+	for (;;) {
+		char *nl = r->len > r->pos ? memchr(r->buf + r->pos, '\n', r->len - r->pos) : NULL;
+		if (!nl) {
+			if (r->eof)
+				return 0;
+			int rc = reader_fill(r, keep_open);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
+		size_t n = (size_t)(nl - (r->buf + r->pos));
+		r->lk = ((uint64_t)r->proc << 32) | (uint64_t)(r->ord & 0xffffffffu);
+		r->ord++;
+		int rc = dptp_audit_rec_parse(r->buf + r->pos, n, &r->rec);
+		r->pos += n + 1;
+		if (rc == 0) {
+			const struct dptp_audit_field *t = dptp_audit_rec_get(&r->rec, "t");
+			if (t && t->d > r->t)
+				r->t = t->d;
+			r->have = true;
+			return 0;
+		}
+		dptp_audit_rec_release(&r->rec);
+		if (rc == -ENOMEM)
+			return rc;
+		j->p[r->proc].bad++;
+	}
+}
+
+/* earliest first; the same time: the files' order */
+static bool reader_before(const struct reader *a, const struct reader *b)
+{
+	return a->t < b->t || (a->t == b->t && a->lk < b->lk);
+}
+
+static void heap_down(struct reader **h, size_t n, size_t i)
+{
+	for (;;) {
+		size_t l = 2 * i + 1, m = i;
+		if (l < n && reader_before(h[l], h[m]))
+			m = l;
+		if (l + 1 < n && reader_before(h[l + 1], h[m]))
+			m = l + 1;
+		if (m == i)
+			return;
+		struct reader *x = h[i];
+		h[i] = h[m];
+		h[m] = x;
+		i = m;
+	}
+}
+
+static int merge_py(struct job *j, struct reader *rd, size_t n)
+{
+	struct reader **h = malloc((n + 1) * sizeof(*h));
+	size_t nh = 0;
+	bool keep_open = n <= READERS_OPEN;
+	int rc = h ? 0 : -ENOMEM;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		rd[i].fd = -1;
+		if (!(rd[i].buf = malloc(READER_BUF)))
+			rc = -ENOMEM;
+		rd[i].cap = READER_BUF;
+		if (rc == 0)
+			rc = reader_next(j, &rd[i], keep_open);
+		if (rc == 0 && rd[i].have)
+			h[nh++] = &rd[i];
+	}
+	for (size_t i = nh / 2; i-- > 0;)
+		heap_down(h, nh, i);
+	while (rc == 0 && nh) {
+		struct reader *r = h[0];
+		j->cur_lk = r->lk;
+		rc = on_record(j, r->proc, true, &r->rec, r->ord - 1);
+		if (rc == 0)
+			rc = reader_next(j, r, keep_open);
+		if (rc == 0 && !r->have)
+			h[0] = h[--nh];
+		heap_down(h, nh, 0);
+	}
+	for (size_t i = 0; i < n; i++) {
+		/* a file that ends in a line without its newline */
+		j->p[rd[i].proc].torn |= rc == 0 && rd[i].len > rd[i].pos;
+		if (rd[i].have)
+			dptp_audit_rec_release(&rd[i].rec);
+		if (rd[i].fd >= 0)
+			close(rd[i].fd);
+		free(rd[i].buf);
+		free(rd[i].path);
+	}
+	free(h);
+	return rc;
+}
+
 int job_load(struct job *j, const char *dir, struct dptp_err *err)
 {
 	struct dirent **ents = NULL;
+	struct reader *rd = NULL;
+	size_t nrd = 0, caprd = 0;
 	int rc = 0;
 	memset(j, 0, sizeof(*j));
+	calls_init(j);
 	/* in name order: the same folder gives the same report */
 	int nents = scandir(dir, &ents, NULL, alphasort);
 	if (nents < 0)
 		return dptp_err_set(err, -errno, "cannot read the audit folder '%s': %s", dir, strerror(errno));
+	/* the C files and the launcher's first, each whole; the Python ones
+	 * (the calls) then side by side */
 	for (int i = 0; i < nents && rc == 0; i++) {
 		const char *name = ents[i]->d_name;
 		int att;
@@ -863,6 +1022,7 @@ int job_load(struct job *j, const char *dir, struct dptp_err *err)
 		char path[4200];
 		struct line_ctx c = {.j = j};
 		snprintf(path, sizeof(path), "%s/%s", dir, name);
+		j->cur_lk = (uint64_t)j->np << 32;
 		if (!strcmp(name, "launcher.jsonl")) {
 			j->have_launcher = true;
 			rc = read_lines(path, &torn, launcher_line, &c);
@@ -881,14 +1041,35 @@ int job_load(struct job *j, const char *dir, struct dptp_err *err)
 			j->p[c.proc].py = true;
 		else
 			j->p[c.proc].c = true;
-		j->p[c.proc].cur_w = -1;
 		j->p[c.proc].worker |= legacy; /* the first form: workers only */
+		if (py) {
+			struct reader *r = push(&rd, &nrd, &caprd, sizeof(*rd));
+			if (!r || !(r->path = strdup(path))) {
+				rc = -ENOMEM;
+				break;
+			}
+			r->proc = c.proc;
+			continue;
+		}
+		j->p[c.proc].cur_w = -1;
 		rc = read_lines(path, &torn, proc_line, &c);
 		j->p[c.proc].torn |= torn;
 	}
+	for (size_t i = 0; i < nrd; i++)
+		j->p[rd[i].proc].cur_w = -1;
+	if (rc == 0)
+		rc = merge_py(j, rd, nrd);
+	else
+		for (size_t i = 0; i < nrd; i++)
+			free(rd[i].path);
+	free(rd);
 	for (int i = 0; i < nents; i++)
 		free(ents[i]);
 	free(ents);
+	for (size_t i = 0; i < j->np; i++)
+		if (j->p[i].local_rank < 0)
+			j->p[i].local_rank = j->p[i].wlocal;
+	j->cur_lk = j->late_lk = (uint64_t)1 << 62;
 	if (rc == 0)
 		rc = place(j);
 	if (rc == 0)
@@ -902,6 +1083,7 @@ int job_load(struct job *j, const char *dir, struct dptp_err *err)
 
 void job_release(struct job *j)
 {
+	calls_release(j);
 	for (size_t i = 0; i < j->np; i++) {
 		free(j->p[i].cnt);
 		free(j->p[i].hsum);
@@ -912,7 +1094,6 @@ void job_release(struct job *j)
 		free(j->g[i].ranks);
 	free(j->g);
 	free(j->gslot);
-	free(j->op);
 	free(j->res);
 	free(j->gpu);
 	free(j->nccl);

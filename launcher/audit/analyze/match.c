@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/audit_rec.h"
+
 const char *const root_key[R_N] = {"src", "dst", "gsrc", "gdst"};
 
 int grow(void **p, size_t *cap, size_t want, size_t sz)
@@ -116,13 +118,18 @@ int group_intern(struct job *j, int world, const int64_t *r, size_t n, int gn)
 		n = DPTP_MAX_WORLD;
 	size_t h = hash_group(world, r, n, gn) & (j->ngslot - 1);
 	while (j->gslot[h]) {
-		if (group_is(&j->g[j->gslot[h] - 1], world, r, n, gn))
+		if (group_is(&j->g[j->gslot[h] - 1], world, r, n, gn)) {
+			struct a_group *g = &j->g[j->gslot[h] - 1];
+			if (j->cur_lk < g->lk) /* the files are merged by time: the first in their order */
+				g->lk = j->cur_lk;
 			return (int)j->gslot[h] - 1;
+		}
 		h = (h + 1) & (j->ngslot - 1);
 	}
 	struct a_group *g = push(&j->g, &j->ng, &j->capg, sizeof(*j->g));
 	if (!g || !(g->ranks = malloc((n ? n : 1) * sizeof(int))))
 		return -ENOMEM;
+	g->lk = j->cur_lk;
 	for (size_t k = 0; k < n; k++)
 		g->ranks[k] = (int)r[k];
 	g->n = n;
@@ -366,10 +373,7 @@ bool same_call(const struct a_op *a, const struct a_op *b)
 
 uint64_t sig_hash(const char *sig)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (; *sig; sig++)
-		h = (h ^ (unsigned char)*sig) * 0x100000001b3ull;
-	return h;
+	return dptp_audit_sig_hash(sig, strlen(sig));
 }
 
 uint64_t op_term(const char *op, int64_t n, const char *dt, const bool *has, const int64_t *root, long long pos)
@@ -382,51 +386,43 @@ uint64_t op_term(const char *op, int64_t n, const char *dt, const bool *has, con
 			off += (size_t)snprintf(sig + off, sizeof(sig) - off, "%s%s=%lld", sep, root_key[k], (long long)root[k]);
 			sep = ",";
 		}
-	uint64_t z = sig_hash(sig) + (uint64_t)pos * 0x9E3779B97F4A7C15ull;
-	z ^= z >> 30;
-	z *= 0xBF58476D1CE4E5B9ull;
-	z ^= z >> 27;
-	z *= 0x94D049BB133111EBull;
-	z ^= z >> 31;
-	return z;
+	return dptp_audit_term(sig_hash(sig), (uint64_t)pos);
 }
 
-/* the sequences of one group, from the world's ops sorted by group (s->byg) */
+/* the sequences of one group: its window (calls.c) */
 int build_seqs(const struct st *s, int gid, struct seqs *q)
 {
 	const struct a_group *g = &s->j->g[gid];
+	const struct a_win *w = (size_t)gid < s->j->nwin && s->j->win[gid].m ? &s->j->win[gid] : NULL;
 	q->n = g->n;
-	q->v = calloc(g->n ? g->n : 1, sizeof(*q->v));
+	q->w = w;
+	q->base = w ? w->base : 0;
+	q->in = calloc(g->n ? g->n : 1, sizeof(*q->in));
 	q->len = calloc(g->n ? g->n : 1, sizeof(*q->len));
-	if (!q->v || !q->len)
+	if (!q->in || !q->len)
 		return -ENOMEM;
-	size_t b = s->gstart[gid], e = s->gend[gid];
 	for (size_t m = 0; m < g->n; m++) {
 		int r = g->ranks[m];
 		if (r < 0 || r >= s->size || !(s->r[r].py || s->r[r].nccl))
 			continue;
-		size_t cnt = 0;
-		for (size_t i = b; i < e; i++) /* byg is sorted by rank then pos */
-			if (s->j->op[s->byg[i]].rank == r)
-				cnt = (size_t)s->j->op[s->byg[i]].pos + 1;
-		q->v[m] = calloc(cnt ? cnt : 1, sizeof(**q->v));
-		if (!q->v[m])
-			return -ENOMEM;
-		q->len[m] = cnt;
-	}
-	for (size_t i = b; i < e; i++) {
-		const struct a_op *o = &s->j->op[s->byg[i]];
-		for (size_t m = 0; m < g->n; m++)
-			if (g->ranks[m] == o->rank && q->v[m] && (size_t)o->pos < q->len[m])
-				q->v[m][o->pos] = o;
+		q->in[m] = true;
+		q->len[m] = w ? w->m[m].len : 0;
 	}
 	return 0;
 }
 
+const struct a_op *seq_at(const struct seqs *q, size_t m, size_t k)
+{
+	return m < q->n && q->in[m] ? win_at(q->w, m, k) : NULL;
+}
+
+const struct a_op *seq_last(const struct seqs *q, size_t m)
+{
+	return m < q->n && q->in[m] && q->len[m] ? &q->w->m[m].last : NULL;
+}
+
 void free_seqs(struct seqs *q)
 {
-	for (size_t m = 0; q->v && m < q->n; m++)
-		free(q->v[m]);
-	free(q->v);
+	free(q->in);
 	free(q->len);
 }

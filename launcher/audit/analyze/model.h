@@ -2,9 +2,12 @@
  * what load.c reads from the audit folder, shared by the mechanism files
  * (p.c r.c i.c c.c g.c d.c) through the matching helpers of match.c.
  *
- * load.c streams every file once and keeps one compact record per call,
- * socket, segment, NCCL or GPU event, each with the process (pid) that made
- * it. It then gives every process its world and rank: from its `world`
+ * load.c reads every file once: the C recorders' and the launcher's whole,
+ * then the Python ones side by side, merged by time, each call handed to
+ * calls.c as it comes (a group's window of the calls its ranks are apart by,
+ * and summaries: nothing grows with the number of calls). It keeps one
+ * compact record per socket, segment, NCCL or GPU event, each with the
+ * process (pid) that made it. It then gives every process its world and rank: from its `world`
  * records (init_process_group) by time, else from the launcher's wstart or
  * its environment (a worker, an NCCL program: the world "" of the attempt),
  * else from the nearest ancestor that has one (a helper process). The
@@ -29,6 +32,8 @@ struct a_world {
 	char id[128];
 	int size;
 	int nranks_seen;
+	uint64_t lk;     /* its first record's place in the files (load_key) */
+	bool has_calls;  /* a call was made in it */
 };
 
 /* a process group, interned per world: its member list and creation order */
@@ -38,6 +43,7 @@ struct a_group {
 	size_t n;
 	int gn;
 	bool created; /* a group record named it (not only a call) */
+	uint64_t lk;  /* its first record's place in the files */
 };
 
 struct a_op {
@@ -54,6 +60,7 @@ struct a_op {
 	bool done;       /* a `done` (or the call returned by an NCCL record) */
 	double t;
 	const char *site; /* interned */
+	uint64_t lk;     /* its place in the files: process (name order), line */
 };
 
 /* a socket or shared-memory event of the C recorder */
@@ -111,6 +118,7 @@ struct a_count {
 	int proc;
 	int gid;
 	long long seq;
+	long long nc;      /* its collectives ("nc"), -1 not written */
 	bool has_hs;       /* "hs": the sum of the terms of the calls past the cap */
 	uint64_t hs;
 };
@@ -144,7 +152,8 @@ struct a_proc {
 	char exc[160];
 	int dev_set, dev_tensor, dev_nccl, dev_c; /* -1 none */
 	char dev_site[160];
-	long last_op;      /* index into job.op, -1 none */
+	struct a_op *ring; /* its last A_RING calls (calls.c), NULL none */
+	size_t nring;      /* its calls so far */
 	bool last_nccl_op; /* its last C record was an NCCL call */
 	int *cnt;          /* collectives so far per group (job.g index) */
 	uint64_t *hsum;    /* per group: the sum of op_term() of its recorded collectives */
@@ -152,9 +161,79 @@ struct a_proc {
 	/* the launcher's view */
 	bool wstart, wexit;
 	int wrank_l;       /* rank from wstart */
+	int wlocal;        /* local rank from wstart, -1 none */
 	int code, sig;
 	bool core;
 	double wexit_t;
+};
+
+#define A_RING 8 /* the calls kept per process: a hang's trail shows 5 */
+
+/* one member's calls on a group from the window's base: position p at
+ * v[p & (cap - 1)] for base <= p < held (op NULL: a hole) */
+struct a_mwin {
+	struct a_op *v;
+	size_t cap, held;
+	size_t len;        /* its collectives on the group */
+	struct a_op last;  /* the one at len - 1 (kept after the window passed it) */
+};
+
+/* a group's calls not yet matched on every member */
+struct a_win {
+	size_t base;       /* positions below matched on every member and were dropped */
+	bool frozen;       /* the members disagree at base: nothing past it is kept */
+	struct a_mwin *m;  /* per member of the group */
+	size_t n;
+};
+
+/* a map from a few words to a number (calls.c) */
+struct kmap {
+	uintptr_t *k;
+	size_t *v;
+	bool *used;
+	size_t n, cap;
+	unsigned words;
+};
+
+/* R: calls of one site whose root (k) lies outside their group */
+struct r_bad {
+	struct a_op o;     /* the first in the files */
+	int k;
+	int *ranks;
+	size_t nranks, cap;
+};
+
+/* R: the first call of a site with root k = root inside its group gid */
+struct r_in {
+	uint64_t lk;
+	int gid, rank, k, world;
+	const char *site, *op;
+	int64_t root;
+};
+
+/* R: the peers (inside the group) of a site's point-to-point calls */
+struct r_twin {
+	uint64_t lk;
+	const char *site, *op;
+	int k, world;
+	int (*pair)[2];    /* (rank, peer), distinct */
+	size_t n, cap;
+};
+
+/* G: the broadcasts of a site on a group by one rank, in rounds of d */
+struct g_div {
+	int d;
+	int *cur;          /* the round being filled */
+	int ncur;
+	int *rounds;       /* the distinct rounds, d sources each, in order */
+	size_t nrounds, caprounds;
+};
+struct g_agg {
+	int gid, rank;
+	const char *site, *op;
+	size_t first_pos, nrun;
+	struct g_div *d;   /* one per divisor >= 2 of the world's size */
+	int nd;
 };
 
 /* a string table: each distinct string stored once */
@@ -175,8 +254,22 @@ struct job {
 	size_t ng, capg;
 	size_t *gslot; /* open addressing over g, indices + 1 */
 	size_t ngslot;
-	struct a_op *op;
-	size_t nop, capop;
+	/* the calls (calls.c): nothing here grows with their number */
+	struct a_win *win; /* per group */
+	size_t nwin, capwin;
+	size_t held, held_peak; /* positions held in windows now, at most */
+	size_t ncalls;
+	struct kmap steps, at_count, rbad_ix, rin_ix, twin_ix, gagg_ix;
+	struct r_bad *rbad;
+	size_t nrbad, caprbad;
+	struct r_in *rin;
+	size_t nrin, caprin;
+	struct r_twin *twin;
+	size_t ntwin, captwin;
+	struct g_agg *gagg;
+	size_t ngagg, capgagg;
+	uint64_t cur_lk;   /* the record being read: its load_key */
+	uint64_t late_lk;  /* for what is made after the load */
 	struct a_res *res;
 	size_t nres, capres;
 	struct a_gpu *gpu;
@@ -210,7 +303,7 @@ struct a_rank {
 	char exc[160];
 	int dev;            /* the device it selected, -1 none */
 	char dev_site[160];
-	long last_op;       /* index into job.op, -1 none */
+	const struct a_op *last_op; /* its last call, NULL none */
 	int sig;            /* the signal the launcher saw it end by, 0 none */
 	bool core;
 };
@@ -221,12 +314,8 @@ struct st {
 	int world;          /* index into j->w */
 	int att, size;
 	struct a_rank *r;   /* [size] */
-	size_t *wops;       /* this world's ops, in load order (each process's in its order) */
-	size_t nwops;
-	size_t *byg;        /* this world's collective ops, sorted by (group, rank, pos) */
-	size_t nbyg;
-	size_t *gstart;     /* per group (j->g index): its first entry in byg; gend the end */
-	size_t *gend;
+	size_t *gorder;     /* this world's groups in the order the files name them */
+	size_t ngorder;
 	struct audit_result *out;
 	size_t capf, capgaps;
 };
@@ -263,14 +352,34 @@ uint64_t sig_hash(const char *sig);
 uint64_t op_term(const char *op, int64_t n, const char *dt, const bool *has, const int64_t *root, long long pos);
 bool group_spans_replicas(const struct st *s, const struct a_group *g);
 
-/* the collectives of each member on one group, in order */
+/* the collectives of each member on one group, as its window holds them */
 struct seqs {
-	const struct a_op ***v; /* v[member index][pos] */
-	size_t *len;
+	const struct a_win *w;
+	bool *in;           /* in[member]: the member's calls are compared (a rank with records) */
+	size_t *len;        /* its collectives on the group */
 	size_t n;
+	size_t base;        /* positions below were matched and dropped */
 };
 int build_seqs(const struct st *s, int gid, struct seqs *q);
 void free_seqs(struct seqs *q);
+/* member m's call at position k, NULL when not held (or a hole) */
+const struct a_op *seq_at(const struct seqs *q, size_t m, size_t k);
+/* member m's last call on the group, NULL none */
+const struct a_op *seq_last(const struct seqs *q, size_t m);
+
+/* ---- calls.c ---- */
+void calls_init(struct job *j);
+void calls_release(struct job *j);
+int calls_add(struct job *j, const struct a_op *o);
+void calls_done(struct a_proc *p, int gid, long long seq);
+/* back 0: the process's last call, 1 the one before...; NULL none */
+const struct a_op *proc_call(const struct a_proc *p, size_t back);
+const struct a_op *win_at(const struct a_win *w, size_t m, size_t pos);
+/* did process proc step from prev (NULL: its first call) to a call like cur? */
+bool calls_step(const struct job *j, int proc, const struct a_op *prev, const struct a_op *cur);
+/* rank's collectives on gid with that op and site */
+size_t calls_at(const struct job *j, int gid, int rank, const char *op, const char *site);
+size_t *kmap_get(struct kmap *m, const uintptr_t *key, bool add);
 /* the groups of this world, in j->g order: iterate gid with world_group() */
 bool world_group(const struct st *s, size_t gid);
 

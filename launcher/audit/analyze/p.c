@@ -16,11 +16,11 @@ static int diverge_at(struct st *s, const struct a_group *g, const struct seqs *
 	const struct a_op *first = NULL;
 	bool all_same = true;
 	for (size_t m = 0; m < g->n && all_same; m++)
-		if (q->v[m] && q->v[m][k]) {
+		if (seq_at(q, m, k)) {
 			if (!first)
-				first = q->v[m][k];
+				first = seq_at(q, m, k);
 			else
-				all_same = same_call(first, q->v[m][k]);
+				all_same = same_call(first, seq_at(q, m, k));
 		}
 	if (all_same)
 		return 0;
@@ -28,32 +28,32 @@ static int diverge_at(struct st *s, const struct a_group *g, const struct seqs *
 	size_t best = 0, bestn = 0;
 	for (size_t a = 0; a < g->n; a++) {
 		size_t c = 0;
-		if (!q->v[a] || !q->v[a][k])
+		if (!seq_at(q, a, k))
 			continue;
 		for (size_t b = 0; b < g->n; b++)
-			c += q->v[b] && q->v[b][k] && same_call(q->v[a][k], q->v[b][k]);
+			c += seq_at(q, b, k) && same_call(seq_at(q, a, k), seq_at(q, b, k));
 		if (c > bestn) {
 			bestn = c;
 			best = a;
 		}
 	}
-	const struct a_op *r0 = q->v[best][k], *d0 = NULL;
+	const struct a_op *r0 = seq_at(q, best, k), *d0 = NULL;
 	int *dev = malloc((g->n + 1) * sizeof(int));
 	size_t ndev = 0, nat = 0;
 	if (!dev)
 		return -ENOMEM;
 	for (size_t m = 0; m < g->n; m++)
-		if (q->v[m] && q->v[m][k]) {
+		if (seq_at(q, m, k)) {
 			nat++;
-			if (!same_call(q->v[m][k], r0)) {
+			if (!same_call(seq_at(q, m, k), r0)) {
 				dev[ndev++] = g->ranks[m];
 				if (!d0)
-					d0 = q->v[m][k];
+					d0 = seq_at(q, m, k);
 			}
 		}
 	if (bestn * 2 <= nat) /* no majority: every member is suspect */
 		for (size_t m = 0; m < g->n; m++)
-			if (q->v[m] && q->v[m][k] && same_call(q->v[m][k], r0))
+			if (seq_at(q, m, k) && same_call(seq_at(q, m, k), r0))
 				dev[ndev++] = g->ranks[m];
 	*diverged = true;
 	char a[160], b[160], gr[256];
@@ -79,8 +79,10 @@ static long long final_count(const struct st *s, int rank, size_t gid, size_t re
 	long long best = (long long)recorded;
 	for (size_t i = 0; i < j->ncnt; i++) {
 		const struct a_count *c = &j->cnt[i];
-		if ((size_t)c->gid == gid && j->p[c->proc].owner >= 0 && s->r[rank].proc == c->proc && c->seq > best)
-			best = c->seq;
+		/* its collectives (nc); a recorder without nc: its calls (seq) */
+		long long n = c->nc >= 0 ? c->nc : c->seq;
+		if ((size_t)c->gid == gid && j->p[c->proc].owner >= 0 && s->r[rank].proc == c->proc && n > best)
+			best = n;
 	}
 	return best;
 }
@@ -107,7 +109,7 @@ static bool member_total(const struct st *s, int rank, size_t gid, long long *cn
 	for (size_t i = 0; i < j->ncnt; i++) {
 		const struct a_count *c = &j->cnt[i];
 		if (c->proc == pi && (size_t)c->gid == gid) {
-			*cnt = c->seq;
+			*cnt = c->nc >= 0 ? c->nc : c->seq;
 			*sum = h + c->hs;
 			return c->has_hs;
 		}
@@ -167,7 +169,7 @@ static int compare_sums(struct st *s, size_t gid, const struct seqs *q)
 	for (size_t m = 0; m < g->n; m++) {
 		int r = g->ranks[m];
 		long long c;
-		if (!q->v[m] || !s->r[r].exited || s->r[r].raised || !member_total(s, r, gid, &c, &sum[m]))
+		if (!q->in[m] || !s->r[r].exited || s->r[r].raised || !member_total(s, r, gid, &c, &sum[m]))
 			continue;
 		if (cnt < 0)
 			cnt = c;
@@ -190,8 +192,8 @@ static int compare_sums(struct st *s, size_t gid, const struct seqs *q)
 		if (sum[m] == sum[best]) {
 			ref[nref++] = g->ranks[m];
 		} else {
-			if (!ndev && q->len[m] && q->v[m][q->len[m] - 1])
-				site = q->v[m][q->len[m] - 1]->site;
+			if (!ndev && seq_last(q, m))
+				site = seq_last(q, m)->site;
 			dev[ndev++] = g->ranks[m];
 		}
 	}
@@ -222,14 +224,14 @@ static int compare_counts(struct st *s, size_t gid, const struct seqs *q)
 	const char *site = "";
 	for (size_t m = 0; m < g->n; m++) {
 		int r = g->ranks[m];
-		if (!q->v[m] || !s->r[r].exited || s->r[r].raised)
+		if (!q->in[m] || !s->r[r].exited || s->r[r].raised)
 			continue;
 		long long c = final_count(s, r, gid, q->len[m]);
 		if (lo < 0 || c < lo) {
 			lo = c;
 			rlo = r;
 			/* where it was when its calls were last kept */
-			site = q->len[m] && q->v[m][q->len[m] - 1] ? q->v[m][q->len[m] - 1]->site : "";
+			site = seq_last(q, m) ? seq_last(q, m)->site : "";
 		}
 		if (c > hi) {
 			hi = c;
@@ -294,9 +296,9 @@ static bool behind_in_file(const struct st *s, int r, const char *site)
 	const struct a_rank *rk = &s->r[r];
 	size_t fa, fb;
 	long la, lb;
-	if (rk->exited || rk->last_op < 0)
+	if (rk->exited || !rk->last_op)
 		return false;
-	const char *at = s->j->op[rk->last_op].site;
+	const char *at = rk->last_op->site;
 	if (!split_site(at, &fa, &la) || !split_site(site, &fb, &lb) || fa != fb || strncmp(at, site, fa))
 		return false;
 	return la < lb;
@@ -335,12 +337,13 @@ static int collect_missing(struct st *s, size_t gid, const struct seqs *q, size_
 		}
 		for (size_t m = 0; m < g->n; m++) {
 			int r = g->ranks[m];
-			if (!q->v[m])
+			if (!q->in[m])
 				continue;
 			if (q->len[m] > k) {
+				const struct a_op *o = seq_at(q, m, k);
 				mm.waiting[mm.nwaiting++] = r;
-				if (q->v[m][k] && (!mm.first || q->v[m][k]->t < mm.first->t))
-					mm.first = q->v[m][k];
+				if (o && (!mm.first || o->t < mm.first->t))
+					mm.first = o;
 			} else if (q->len[m] == k && !s->r[r].raised && !s->r[r].capped && (hung || s->r[r].exited)) {
 				mm.short_ranks[mm.nshort++] = r;
 			}
@@ -397,9 +400,8 @@ int find_p(struct st *s, bool hung)
 	bool capped = false;
 	for (int r = 0; r < s->size; r++)
 		capped |= s->r[r].capped;
-	for (size_t gid = 0; gid < s->j->ng && rc == 0; gid++) {
-		if (!world_group(s, gid))
-			continue;
+	for (size_t gi = 0; gi < s->ngorder && rc == 0; gi++) {
+		size_t gid = s->gorder[gi];
 		const struct a_group *g = &s->j->g[gid];
 		struct seqs q = {0};
 		size_t nrec = 0, maxlen = 0, minlen = SIZE_MAX;
@@ -408,7 +410,7 @@ int find_p(struct st *s, bool hung)
 			break;
 		}
 		for (size_t m = 0; m < g->n; m++)
-			if (q.v[m]) {
+			if (q.in[m]) {
 				nrec++;
 				if (q.len[m] > maxlen)
 					maxlen = q.len[m];
@@ -416,7 +418,8 @@ int find_p(struct st *s, bool hung)
 					minlen = q.len[m];
 			}
 		bool diverged = false;
-		for (size_t k = 0; nrec >= 2 && k < minlen && !diverged && rc == 0; k++)
+		/* the positions below q.base matched on every member as they came */
+		for (size_t k = q.base; nrec >= 2 && k < minlen && !diverged && rc == 0; k++)
 			rc = diverge_at(s, g, &q, k, &diverged);
 		size_t nf0 = s->out->nf;
 		if (rc == 0 && !diverged && nrec >= 2 && capped)
@@ -451,14 +454,6 @@ struct cand {
 	bool primary;
 };
 
-static size_t count_at(const struct seqs *q, size_t m, const struct a_op *ref)
-{
-	size_t c = 0;
-	for (size_t k = 0; q->v[m] && k < q->len[m]; k++)
-		c += q->v[m][k] && !strcmp(q->v[m][k]->op, ref->op) && q->v[m][k]->site == ref->site;
-	return c;
-}
-
 static int add_trail(struct st *s, struct audit_finding *f, const struct a_group *g)
 {
 	const struct job *j = s->j;
@@ -472,15 +467,18 @@ static int add_trail(struct st *s, struct audit_finding *f, const struct a_group
 		if (r < 0 || r >= s->size)
 			continue;
 		t->pid = s->r[r].pid;
-		long last = s->r[r].last_op;
+		const struct a_op *last = s->r[r].last_op;
 		enum { KEEP = 5 };
 		if (!(t->c = calloc(KEEP, sizeof(*t->c))))
 			return -ENOMEM;
-		long from = last;
-		for (int n = 0; from >= 0 && n < KEEP - 1 && from - 1 >= 0 && j->op[from - 1].proc == j->op[last].proc; n++)
-			from--;
-		for (long k = from; last >= 0 && k <= last; k++) {
-			const struct a_op *o = &j->op[k];
+		if (!last)
+			continue;
+		const struct a_proc *p = &j->p[last->proc];
+		size_t from = 0;
+		while (from + 1 < KEEP && proc_call(p, from + 1))
+			from++;
+		for (size_t b = from + 1; b-- > 0;) {
+			const struct a_op *o = proc_call(p, b);
 			struct audit_call *c = &t->c[t->n++];
 			c->seq = o->seq ? o->seq : o->pos + 1;
 			snprintf(c->op, sizeof(c->op), "%s", o->op);
@@ -503,9 +501,9 @@ static int blame_one(struct st *s, const struct cand *c, const struct seqs *q, b
 	for (int pass = 0; pass < 2; pass++)
 		for (size_t m = 0; m < g->n && t < sizeof(text); m++) {
 			int r = g->ranks[m];
-			if (!q->v[m] || in_list(c->behind, c->nbehind, r) != (pass == 0))
+			if (!q->in[m] || in_list(c->behind, c->nbehind, r) != (pass == 0))
 				continue;
-			size_t n = count_at(q, m, c->ref);
+			size_t n = calls_at(s->j, (int)c->gid, r, c->ref->op, c->ref->site);
 			if (!t)
 				t += (size_t)snprintf(text + t, sizeof(text) - t, "rank %d %sentered %zu %s on group [%s] at %s", r,
 					s->r[r].exited ? "exited after it " : "", n, c->ref->op, gr, c->ref->site);
@@ -536,11 +534,6 @@ static int blame_one(struct st *s, const struct cand *c, const struct seqs *q, b
 	return rc;
 }
 
-static bool same_point(const struct a_op *a, const struct a_op *b)
-{
-	return a == b || (a && b && a->site == b->site && !strcmp(a->op, b->op));
-}
-
 /* Did rank b come to its open call by a step (previous call -> this one)
  * that no other rank of the world took (outside `skip`)? The one that
  * skipped or added a call took a step the others never took; a rank that
@@ -548,20 +541,16 @@ static bool same_point(const struct a_op *a, const struct a_op *b)
 static bool novel_step(const struct st *s, int b, const int *skip, size_t nskip)
 {
 	const struct job *j = s->j;
-	long last = s->r[b].last_op;
-	if (last < 0)
+	const struct a_op *cur = s->r[b].last_op;
+	if (!cur)
 		return false;
-	const struct a_op *cur = &j->op[last];
-	const struct a_op *prev = last > 0 && j->op[last - 1].proc == cur->proc ? &j->op[last - 1] : NULL;
+	const struct a_op *prev = proc_call(&j->p[cur->proc], 1);
 	for (int x = 0; x < s->size; x++) {
-		long k = s->r[x].last_op;
-		if (x == b || k < 0 || in_list(skip, nskip, x))
+		const struct a_op *k = s->r[x].last_op;
+		if (x == b || !k || in_list(skip, nskip, x))
 			continue;
-		for (int pi = j->op[k].proc; k >= 0 && j->op[k].proc == pi; k--) {
-			const struct a_op *q = &j->op[k], *p = k > 0 && j->op[k - 1].proc == pi ? &j->op[k - 1] : NULL;
-			if (same_point(q, cur) && (prev ? p && same_point(p, prev) : !p))
-				return false;
-		}
+		if (calls_step(j, k->proc, prev, cur))
+			return false;
 	}
 	return true;
 }
@@ -572,22 +561,21 @@ static int open_mismatch(struct st *s, char *msg, size_t len)
 {
 	const struct job *j = s->j;
 	for (int a = 0; a < s->size; a++) {
-		long ka = s->r[a].last_op;
-		if (ka < 0 || s->r[a].exited || j->op[ka].pos < 0)
+		const struct a_op *ka = s->r[a].last_op;
+		if (!ka || s->r[a].exited || ka->pos < 0)
 			continue;
 		for (int b = a + 1; b < s->size; b++) {
-			long kb = s->r[b].last_op;
-			if (kb < 0 || s->r[b].exited || j->op[kb].gid != j->op[ka].gid || j->op[kb].pos != j->op[ka].pos ||
-			    same_call(&j->op[ka], &j->op[kb]))
+			const struct a_op *kb = s->r[b].last_op;
+			if (!kb || s->r[b].exited || kb->gid != ka->gid || kb->pos != ka->pos || same_call(ka, kb))
 				continue;
-			const struct a_group *g = &j->g[j->op[ka].gid];
+			const struct a_group *g = &j->g[ka->gid];
 			char gr[256], x[160], y[160];
 			fmt_ranks(gr, sizeof(gr), g->ranks, g->n);
-			describe_op(x, sizeof(x), &j->op[ka]);
-			describe_op(y, sizeof(y), &j->op[kb]);
+			describe_op(x, sizeof(x), ka);
+			describe_op(y, sizeof(y), kb);
 			if (len)
 				snprintf(msg, len, "call #%d on group [%s]: rank %d waits in %s at %s, rank %d in %s at %s",
-					j->op[ka].pos + 1, gr, a, x, j->op[ka].site, b, y, j->op[kb].site);
+					ka->pos + 1, gr, a, x, ka->site, b, y, kb->site);
 			return 1;
 		}
 	}
@@ -609,15 +597,14 @@ int hang_blame(struct st *s, bool add, char *msg, size_t len)
 			continue;
 		if (rk->nccl) /* no Python records: inside while its last record is an NCCL call */
 			continue;
-		if (rk->last_op < 0 || j->op[rk->last_op].done)
+		if (!rk->last_op || rk->last_op->done)
 			return 0; /* working */
 		any = 1;
 	}
 	if (!any)
 		return 2;
-	for (size_t gid = 0; gid < j->ng && rc == 0; gid++) {
-		if (!world_group(s, gid))
-			continue;
+	for (size_t gi = 0; gi < s->ngorder && rc == 0; gi++) {
+		size_t gid = s->gorder[gi];
 		const struct a_group *g = &j->g[gid];
 		struct seqs q = {0};
 		if ((rc = build_seqs(s, (int)gid, &q)) < 0) {
@@ -629,9 +616,9 @@ int hang_blame(struct st *s, bool add, char *msg, size_t len)
 		size_t maxc = 0;
 		for (size_t m = 0; m < g->n; m++) {
 			int r = g->ranks[m];
-			if (!q.v[m] || s->r[r].exited || s->r[r].last_op < 0)
+			if (!q.in[m] || s->r[r].exited || !s->r[r].last_op)
 				continue;
-			const struct a_op *o = &j->op[s->r[r].last_op];
+			const struct a_op *o = s->r[r].last_op;
 			if (o->gid == (int)gid && o->pos >= 0 && !o->done && (size_t)o->pos + 1 > maxc) {
 				maxc = (size_t)o->pos + 1;
 				ref = o;
@@ -642,7 +629,7 @@ int hang_blame(struct st *s, bool add, char *msg, size_t len)
 			rc = -ENOMEM;
 		for (size_t m = 0; ref && c.behind && m < g->n; m++) {
 			int r = g->ranks[m];
-			if (!q.v[m] || q.len[m] >= maxc)
+			if (!q.in[m] || q.len[m] >= maxc)
 				continue;
 			c.behind[c.nbehind++] = r;
 		}

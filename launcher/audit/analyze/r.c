@@ -9,50 +9,66 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool root_outside(const struct a_group *g, int k, int64_t root)
+static int cmp_rbad(const void *a, const void *b)
 {
-	bool global = k == R_SRC || k == R_DST;
-	return global ? !in_list(g->ranks, g->n, root) : (root < 0 || (size_t)root >= g->n);
+	const struct r_bad *x = *(const struct r_bad *const *)a, *y = *(const struct r_bad *const *)b;
+	return (x->o.lk > y->o.lk) - (x->o.lk < y->o.lk);
 }
 
-static int bad_roots(struct st *s, bool *done, int *ranks)
+static int cmp_twin(const void *a, const void *b)
+{
+	const struct r_twin *x = *(const struct r_twin *const *)a, *y = *(const struct r_twin *const *)b;
+	return (x->lk > y->lk) - (x->lk < y->lk);
+}
+
+/* the ranks in the world, in place; their number */
+static size_t in_world(const struct st *s, int *ranks, const int *from, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (from[i] >= 0 && from[i] < s->size)
+			ranks[k++] = from[i];
+	return k;
+}
+
+/* the calls of one site with a root outside their group (load.c's summary:
+ * per site, op and root key, the first such call and the ranks) */
+static int bad_roots(struct st *s, int *ranks)
 {
 	const struct job *j = s->j;
+	const struct r_bad **v = malloc((j->nrbad + 1) * sizeof(*v));
+	size_t n = 0;
 	int rc = 0;
-	for (size_t ii = 0; ii < s->nwops && rc == 0; ii++) {
-		const struct a_op *o = &j->op[s->wops[ii]];
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < j->nrbad; i++)
+		if (j->rbad[i].o.world == s->world)
+			v[n++] = &j->rbad[i];
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_rbad);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		const struct a_op *o = &v[i]->o;
 		const struct a_group *g = &j->g[o->gid];
-		int bad_k = -1;
-		if (done[ii])
+		int bad_k = v[i]->k;
+		size_t nr = in_world(s, ranks, v[i]->ranks, v[i]->nranks);
+		if (!nr || o->rank < 0 || o->rank >= s->size)
 			continue;
-		for (int k = 0; k < R_N && bad_k < 0; k++)
-			if (o->has[k] && root_outside(g, k, o->root[k]))
-				bad_k = k;
-		if (bad_k < 0)
-			continue;
-		size_t nr = 0;
-		for (size_t jj = ii; jj < s->nwops; jj++) {
-			const struct a_op *p = &j->op[s->wops[jj]];
-			if (done[jj] || p->site != o->site || strcmp(p->op, o->op) || !p->has[bad_k] ||
-			    !root_outside(&j->g[p->gid], bad_k, p->root[bad_k]))
-				continue;
-			done[jj] = true;
-			if (!in_list(ranks, nr, p->rank))
-				ranks[nr++] = p->rank;
-		}
 		char gr[256], lucky[160] = "";
 		fmt_ranks(gr, sizeof(gr), g->ranks, g->n);
-		/* the same number right elsewhere: by coincidence */
-		for (size_t jj = 0; jj < s->nwops && !lucky[0] && (bad_k == R_SRC || bad_k == R_DST); jj++) {
-			const struct a_op *p = &j->op[s->wops[jj]];
-			const struct a_group *pg = &j->g[p->gid];
-			if (p->gid != o->gid && p->has[bad_k] && p->root[bad_k] == o->root[bad_k] && p->site == o->site &&
-			    !strcmp(p->op, o->op) && in_list(pg->ranks, pg->n, p->root[bad_k])) {
-				char pr[128];
-				fmt_ranks(pr, sizeof(pr), pg->ranks, pg->n);
-				snprintf(lucky, sizeof(lucky), "; on group [%s] (replica %d) the same %s=%lld is right, by coincidence", pr,
-					replica_of(s->out, p->rank), root_key[bad_k], (long long)p->root[bad_k]);
-			}
+		/* the same number right elsewhere: by coincidence (the first in the files) */
+		const struct r_in *best = NULL;
+		for (size_t k = 0; k < j->nrin && (bad_k == R_SRC || bad_k == R_DST); k++) {
+			const struct r_in *p = &j->rin[k];
+			if (p->world == s->world && p->gid != o->gid && p->k == bad_k && p->root == o->root[bad_k] &&
+			    p->site == o->site && p->op == o->op && p->rank >= 0 && p->rank < s->size && (!best || p->lk < best->lk))
+				best = p;
+		}
+		if (best) {
+			const struct a_group *pg = &j->g[best->gid];
+			char pr[128];
+			fmt_ranks(pr, sizeof(pr), pg->ranks, pg->n);
+			snprintf(lucky, sizeof(lucky), "; on group [%s] (replica %d) the same %s=%lld is right, by coincidence", pr,
+				replica_of(s->out, best->rank), root_key[bad_k], (long long)best->root);
 		}
 		if (bad_k == R_SRC || bad_k == R_DST)
 			rc = add_finding(s, 'R', ranks, nr, o->site, o->op,
@@ -65,41 +81,43 @@ static int bad_roots(struct st *s, bool *done, int *ranks)
 		if (rc == 0)
 			rc = set_group(&s->out->f[s->out->nf - 1], g->ranks, g->n);
 	}
+	free(v);
 	return rc;
 }
 
 /* the silent twin: point-to-point calls of one site whose peers, the same
  * numbers on every replica, all lie in one replica */
-static int twins(struct st *s, bool *done, int *ranks)
+static int twins(struct st *s, int *ranks)
 {
 	const struct job *j = s->j;
 	const struct audit_result *res = s->out;
 	int rc = 0;
 	if (!res->layout_known || res->layout.dp < 2)
 		return 0;
-	memset(done, 0, s->nwops * sizeof(*done));
 	bool *seen = calloc((size_t)res->layout.dp, sizeof(*seen));
-	if (!seen)
+	const struct r_twin **v = malloc((j->ntwin + 1) * sizeof(*v));
+	size_t n = 0;
+	if (!seen || !v) {
+		free(seen);
+		free(v);
 		return -ENOMEM;
-	for (size_t ii = 0; ii < s->nwops && rc == 0; ii++) {
-		const struct a_op *o = &j->op[s->wops[ii]];
-		int k = o->has[R_DST] ? R_DST : o->has[R_SRC] ? R_SRC : -1;
-		if (done[ii] || o->pos >= 0 || k < 0)
-			continue;
-		int callers = 0, peer_rep = -2, ncall_reps = 0;
+	}
+	for (size_t i = 0; i < j->ntwin; i++)
+		if (j->twin[i].world == s->world)
+			v[n++] = &j->twin[i];
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_twin);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		const struct r_twin *t = v[i];
+		int callers = 0, peer_rep = -2, ncall_reps = 0, k = t->k;
 		bool one_peer_rep = true;
 		size_t nr = 0;
 		memset(seen, 0, (size_t)res->layout.dp * sizeof(*seen));
-		for (size_t jj = ii; jj < s->nwops; jj++) {
-			const struct a_op *p = &j->op[s->wops[jj]];
-			if (done[jj] || p->pos >= 0 || p->site != o->site || strcmp(p->op, o->op) || !p->has[k])
+		for (size_t x = 0; x < t->n; x++) {
+			int rank = t->pair[x][0], peer = t->pair[x][1];
+			if (rank < 0 || rank >= s->size)
 				continue;
-			done[jj] = true;
-			const struct a_group *pg = &j->g[p->gid];
-			int peer = (int)p->root[k];
-			if (!in_list(pg->ranks, pg->n, peer))
-				continue; /* reported above */
-			int dr = replica_of(res, p->rank), dp = replica_of(res, peer);
+			int dr = replica_of(res, rank), dp = replica_of(res, peer);
 			if (dr < 0 || dp < 0)
 				continue;
 			if (peer_rep == -2)
@@ -109,27 +127,26 @@ static int twins(struct st *s, bool *done, int *ranks)
 				seen[dr] = true;
 				ncall_reps++;
 			}
-			if (dr != dp && !in_list(ranks, nr, p->rank))
-				ranks[nr++] = p->rank;
+			if (dr != dp && !in_list(ranks, nr, rank))
+				ranks[nr++] = rank;
 			callers++;
 		}
 		if (callers && ncall_reps > 1 && one_peer_rep && nr)
-			rc = add_finding(s, 'R', ranks, nr, o->site, o->op,
+			rc = add_finding(s, 'R', ranks, nr, t->site, t->op,
 				"every replica passes the same %s to %s at %s: all of them are ranks of replica %d, right there by coincidence (a group-local peer used as a global rank)",
-				root_key[k], o->op, o->site, peer_rep);
+				root_key[k], t->op, t->site, peer_rep);
 	}
 	free(seen);
+	free(v);
 	return rc;
 }
 
 int find_r(struct st *s)
 {
-	bool *done = calloc(s->nwops ? s->nwops : 1, sizeof(*done));
 	int *ranks = malloc(((size_t)s->size + 1) * sizeof(int));
-	int rc = done && ranks ? bad_roots(s, done, ranks) : -ENOMEM;
+	int rc = ranks ? bad_roots(s, ranks) : -ENOMEM;
 	if (rc == 0)
-		rc = twins(s, done, ranks);
-	free(done);
+		rc = twins(s, ranks);
 	free(ranks);
 	return rc;
 }
