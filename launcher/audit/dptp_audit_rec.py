@@ -1031,7 +1031,11 @@ class _Loader:
         self.name, self.real = name, real
 
     def create_module(self, spec):
-        return self.real.create_module(spec)
+        try:
+            return self.real.create_module(spec)
+        except BaseException as e:
+            _strip(e)
+            raise
 
     def exec_module(self, module):
         real = self.real
@@ -1040,7 +1044,11 @@ class _Loader:
             module.__loader__ = real
         except AttributeError:
             pass
-        real.exec_module(module)
+        try:  # an error of the module's code: the import system's traceback, as alone
+            real.exec_module(module)
+        except BaseException as e:
+            _strip(e)
+            raise
         try:
             _PATCHES[self.name](module)
         except Exception as e:  # the program runs on unrecorded
@@ -1065,12 +1073,21 @@ class _Finder:
                     break
             else:
                 return None
+        except BaseException as e:
+            _strip(e)
+            raise
         finally:
             _tls.finding = False
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return None
         spec.loader = _Loader(name, spec.loader)
         return spec
+
+
+# the import system's frames: a warning a module raises for its importer
+# (stacklevel) names the import line, as alone
+for _f in (_Loader.create_module, _Loader.exec_module, _Finder.find_spec):
+    _f.__code__ = _f.__code__.replace(co_filename=_INTERNAL)
 
 
 def _patch_loaded():

@@ -4,7 +4,8 @@ see (issue 30), end to end: harm_e2e.py DPTP_RUN TORCH_PYTHON CASE [STATIC_EXE].
 
 Cases without torch: options, records, static. With real torch (gloo, 2
 ranks; skipped with 77 where TORCH_PYTHON is ''): slow, slowhang, hangoff,
-exit, crash, restart, worlds."""
+exit, crash, restart, worlds, boundhang and boundslow (no --audit-hang: the
+bound is the process group's timeout)."""
 import json
 import os
 import re
@@ -232,6 +233,43 @@ def case_slowhang():
         fail("the checkpoint was ended as a hang:\n" + so)
 
 
+def hang_records():
+    """the launcher's hang records of the last job"""
+    out = []
+    for root, _, names in os.walk(os.path.join(TMP, "logs")):
+        if "launcher.jsonl" in names:
+            out += [r for r in map(json.loads, open(os.path.join(root, "launcher.jsonl"))) if r["k"] == "hang"]
+    return out
+
+
+def case_boundhang():
+    """No --audit-hang: the bound is the process group's timeout (6 s in
+    init_process_group), not a default of the watch: a hang on groups with a
+    longer timeout of their own is ended by the watch with that bound."""
+    shutil.rmtree(os.path.join(TMP, "logs"), ignore_errors=True)
+    rc, so, se, rep = torch_job("harm_bound.py", ["hang"])
+    line = line_of("harm_bound.py", "HANG-LINE")
+    hangs = hang_records()
+    if rc == 0 or not rep["hung"] or "no rank progressed for 6 s" not in se or [h["bound"] for h in hangs] != [6]:
+        fail("the hang was not ended with the process group's 6 s: rc %d, hang records %s\n%s" % (rc, hangs, se[-3000:]))
+    ps = [f for f in rep["findings"] if f["mechanism"] == "P"]
+    if not ps or not all(site_line(f) == line for f in ps) or 1 not in ps[0]["ranks"]:
+        fail("findings %s, expected P naming rank 1 at line %d" % (found(rep), line))
+    if "done" in so:
+        fail("a rank finished:\n" + so)
+
+
+def case_boundslow():
+    """No --audit-hang, the process group's 6 s bound: a rank computing
+    outside any collective for longer than it is not a hang."""
+    shutil.rmtree(os.path.join(TMP, "logs"), ignore_errors=True)
+    rc, so, se, rep = torch_job("harm_bound.py", ["slow"])
+    if rc != 0 or "no rank progressed" in se or rep["hung"] or rep["findings"] or hang_records():
+        fail("a slow rank outside any collective was taken for a hang: rc %d\n%s" % (rc, se[-3000:]))
+    if sorted(l for l in so.splitlines() if l.startswith("done")) != ["done 0", "done 1"]:
+        fail("the job did not finish:\n" + so)
+
+
 def case_hangoff():
     rc, so, se, rep = torch_job("harm_slow.py", ["4"], ["--audit-hang", "0"])
     if rc != 0 or "no rank progressed" in se or rep["hung"]:
@@ -284,7 +322,7 @@ def case_worlds():
 try:
     {"options": case_options, "records": case_records, "static": case_static, "slow": case_slow,
      "slowhang": case_slowhang, "hangoff": case_hangoff, "exit": case_exit, "crash": case_crash,
-     "restart": case_restart, "worlds": case_worlds}[CASE]()
+     "restart": case_restart, "worlds": case_worlds, "boundhang": case_boundhang, "boundslow": case_boundslow}[CASE]()
     print("ok")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)

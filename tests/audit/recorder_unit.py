@@ -272,6 +272,31 @@ except ValueError:
 else:
     raise AssertionError("the error was not raised")
 
+# the same for a module the recorder patches at import: a warning its code
+# raises for its importer names the import line; its error's traceback
+# holds the import line and the module's, as alone
+mods = os.path.join(out, "mods")
+os.mkdir(mods)
+with open(os.path.join(mods, "dptp_unit_warns.py"), "w") as f:
+    f.write("import warnings\nwarnings.warn('at import', stacklevel=2)\n")
+with open(os.path.join(mods, "dptp_unit_raises.py"), "w") as f:
+    f.write("raise ValueError('at import')\n")
+sys.path.insert(0, mods)
+rec._PATCHES["dptp_unit_warns"] = rec._PATCHES["dptp_unit_raises"] = lambda m: None
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import dptp_unit_warns  # noqa: E402,F401
+assert [(w.filename, w.lineno) for w in caught] == [(__file__, line("import dptp_unit_warns"))], \
+    [(w.filename, w.lineno) for w in caught]
+try:
+    import dptp_unit_raises  # noqa: E402,F401
+except ValueError:
+    frames = [(os.path.basename(f.filename), f.name) for f in traceback.extract_tb(sys.exc_info()[2])]
+    assert frames == [(os.path.basename(__file__), "<module>"), ("dptp_unit_raises.py", "<module>")] or \
+        sys.version_info < (3, 11), frames
+else:
+    raise AssertionError("the error was not raised")
+
 # the program closes the record descriptor and reuses its number: its file
 # never gets a record, the recorder reopens its own by path
 n_before = len(records())
