@@ -120,6 +120,7 @@ def run_round(kinds, exes, timeout, stats, tmp):
            "heartbeat_lines": hb}
     if stats:
         out["stats"] = sum_stats(text)
+        out["per_agent"] = per_agent(out["stats"], n)
     if fails:
         first = [l for l in text.splitlines() if "rror" in l or "fail" in l][:3]
         out["first_errors"] = first
@@ -144,6 +145,20 @@ def sum_stats(text):
             else:
                 agg[key] = agg.get(key, 0) + v
     return {k: (int(v) if v == int(v) else round(v, 3)) for k, v in sorted(agg.items())}
+
+
+OPS = ("set", "compare_set", "get", "add", "check", "wait", "append", "multi_get", "multi_set", "cancel_wait",
+       "ping", "delete_key", "getnumkeys", "queue_push", "queue_pop", "queue_len", "list_keys")
+
+
+def per_agent(st, n):
+    """The store's operations and bytes (requests in, replies out) per agent:
+    flat in N where no agent's traffic grows with the node count."""
+    ops = sum(st.get("store." + o, 0) for o in OPS)
+    bin_ = sum(st.get("store.%s_in" % o, 0) for o in OPS)
+    bout = sum(st.get("store.%s_out" % o, 0) for o in OPS)
+    return {"ops": round(ops / n, 1), "bytes_in": int(bin_ / n), "bytes_out": int(bout / n),
+            "state_gets": round(st.get("agent.get", 0) / n, 2), "state_bytes": int(st.get("agent.recv", 0) / n)}
 
 
 def run_nproc(kind, exe, nproc, timeout):
@@ -205,6 +220,7 @@ def main():
             print("%6s  %12s  %12s" % tuple(row), flush=True)
             if a.stats and n in sizes:
                 print("        stats: " + json.dumps(res["dptp_run"][-1].get("stats", {})), flush=True)
+                print("        per agent: " + json.dumps(res["dptp_run"][-1].get("per_agent", {})), flush=True)
         if a.mixed and tr:
             n = a.mixed
             rounds = [("all dptp-run", ["dptp"] * n),

@@ -800,6 +800,7 @@ static enum attempt_result attempt(struct job *j)
 	if (start_workers(j, attempt_dir, &err) < 0) {
 		fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 		snprintf(j->last_error, sizeof(j->last_error), "%s", err.msg);
+		rendezvous_report_error(&j->rdzv);
 		begin_stop(j, SIGTERM);
 		monitor(j);
 		res = ATT_ERROR;
@@ -822,6 +823,8 @@ static enum attempt_result attempt(struct job *j)
 error:
 	fprintf(stderr, "dptp-run: error: %s\n", err.msg);
 	snprintf(j->last_error, sizeof(j->last_error), "%s", err.msg);
+	if (nrc >= 0) /* the other nodes stop now, not after their timeouts */
+		rendezvous_report_error(&j->rdzv);
 out:
 	xnode_stop(j->xn);
 	j->xn = NULL;

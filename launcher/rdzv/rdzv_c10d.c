@@ -57,6 +57,7 @@ struct rdzv_c10d {
 	enum { HB_TORCH, HB_MEMBER, HB_FOLDER } hb;
 	bool keep_stale;   /* fold(): reads the state as it is, stale heartbeats and all */
 	bool compact;      /* joined by the combiner's result: the state not read since */
+	bool fallback;     /* a ticket holder that joined as torch's (DPTP_RDZV_STATS) */
 	long long res_round, res_rank;
 	unsigned res_world;
 	unsigned rank, world;
@@ -620,6 +621,43 @@ static int jkey(const struct rdzv_c10d *c, char *out, size_t len, const char *fm
 	return 0;
 }
 
+/* *upto: the last ticket t of [from, to] such that every ticket of [from, t]
+ * has its _NodeDesc (from - 1 when the first has none yet). A holder takes
+ * its ticket (ADD), then leaves its _NodeDesc (SET): a holder not scheduled
+ * in between must not stop the combiner, whose counter the others watch
+ * (a MULTI_GET waits for every key: on 2 cores at 2048 nodes every holder
+ * saw the counter stand still for 15 s and read the state as torch's
+ * joiners do). A binary search of CHECKs: log2 of the tickets at most. */
+static int tickets_ready(struct rendezvous *r, int64_t from, int64_t to, int64_t *upto, struct dptp_err *err)
+{
+	struct rdzv_c10d *c = r->c10d;
+	size_t n = (size_t)(to - from + 1);
+	char (*kb)[280] = calloc(n, sizeof(*kb));
+	const char **keys = calloc(n, sizeof(*keys));
+	int64_t lo = from - 1, hi = to; /* [from, lo] all there; hi: the most that may be */
+	int rc = 0;
+	if (!kb || !keys)
+		rc = dptp_err_set(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		jkey(c, kb[i], sizeof(kb[i]), "%lld", (long long)from + (long long)i);
+		keys[i] = kb[i];
+	}
+	while (rc == 0 && lo < hi) {
+		int64_t mid = lo == from - 1 && hi == to ? to : lo + (hi - lo + 1) / 2;
+		bool all = false;
+		if ((rc = dptp_tcpstore_client_check(c->c, keys + (lo + 1 - from), (size_t)(mid - lo), &all, err)) < 0)
+			break;
+		if (all)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	*upto = lo;
+	free(kb);
+	free(keys);
+	return rc;
+}
+
 /* Reads tickets [from, to] into *tk (index ticket - 1). */
 static int read_tickets(struct rendezvous *r, struct ticket **tk, size_t *cap, int64_t from, int64_t to,
 	struct dptp_err *err)
@@ -824,10 +862,13 @@ static int combine(struct rendezvous *r, long long round, double deadline, struc
 		if ((rc = dptp_tcpstore_client_add_many(c->c, k2, &one, 1, NULL, err)) < 0 ||
 		    (rc = dptp_tcpstore_client_add(c->c, k1[0], 0, &n, err)) < 0)
 			break;
-		if ((size_t)n > ntk) {
-			if ((rc = read_tickets(r, &tk, &cap, (int64_t)ntk + 1, n, err)) < 0)
+		int64_t upto = (int64_t)ntk;
+		if ((size_t)n > ntk && (rc = tickets_ready(r, (int64_t)ntk + 1, n, &upto, err)) < 0)
+			break;
+		if (upto > (int64_t)ntk) {
+			if ((rc = read_tickets(r, &tk, &cap, (int64_t)ntk + 1, upto, err)) < 0)
 				break;
-			ntk = (size_t)n;
+			ntk = (size_t)upto;
 		}
 		bool refresh = now - last_refresh >= o->c10d.keep_alive_interval / 2.0;
 		if (refresh) {
@@ -912,6 +953,11 @@ static int await_combiner(struct rendezvous *r, long long t, double deadline, st
 	const char *kw[] = {kd}, *kb[] = {kh, ka};
 	int64_t alive = -1, d[2] = {1, 0}, v[2];
 	double seen = dptp_now(), lease = (double)o->c10d.keep_alive_interval * o->c10d.keep_alive_max_attempt;
+	/* a beat per half interval is what the combiner reads (read_beats):
+	 * waking more often only loads the store (each wake: WAIT, CANCEL_WAIT,
+	 * two ADDs) */
+	double slice = o->c10d.keep_alive_interval / 2.0;
+	slice = slice > 2.5 ? 2.5 : slice < 0.1 ? 0.1 : slice;
 	jkey(c, kd, sizeof(kd), "done");
 	jkey(c, ka, sizeof(ka), "alive");
 	jkey(c, kh, sizeof(kh), "hb/%lld", t);
@@ -919,7 +965,7 @@ static int await_combiner(struct rendezvous *r, long long t, double deadline, st
 		double left = deadline - dptp_now();
 		if (left <= 0)
 			break;
-		int rc = dptp_tcpstore_client_wait(c->c, kw, 1, left < 1.0 ? left : 1.0, err);
+		int rc = dptp_tcpstore_client_wait(c->c, kw, 1, left < slice ? left : slice, err);
 		if (rc == 0)
 			break;
 		if (rc != -ETIMEDOUT)
@@ -1350,6 +1396,7 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 	if (!joined)
 		DPTP_TRY(run_op(r, op_join, deadline, "joining", err));
 	c->t_join = dptp_now() - (deadline - o->c10d.join);
+	c->fallback = c->ticket > 1 && !joined;
 	c->joined_once = true;
 	c->heartbeats = true;
 
@@ -1426,6 +1473,16 @@ int rdzv_c10d_heartbeat(struct rendezvous *r, struct dptp_err *err)
 	if (should_keep_alive(r))
 		return run_op(r, op_keep_alive, dptp_now() + r->opts->c10d.heartbeat, "a heartbeat", err);
 	return 0;
+}
+
+void rdzv_c10d_report_error(struct rendezvous *r)
+{
+	struct rdzv_c10d *c = r->c10d;
+	char val[32];
+	if (!c || !r->agent || !c->heartbeats) /* heartbeats: a round completed, r->agent under its prefix */
+		return;
+	snprintf(val, sizeof(val), "%u", c->rank);
+	dptp_tcpstore_client_set(r->agent, "dptp/failed", val, strlen(val), NULL);
 }
 
 int rdzv_c10d_tick(struct rendezvous *r, struct dptp_err *err)
@@ -1516,10 +1573,10 @@ static void c10d_shutdown(struct rendezvous *r)
 		getrusage(RUSAGE_SELF, &ru);
 		fprintf(stderr, "dptp-run: rdzv stats: cas=%llu cas_lost=%llu get=%llu pauses=%llu sent=%llu recv=%llu "
 			"codec_s=%.3f join_s=%.3f cpu_s=%.3f state_nodes=%u folds=%llu beats=%llu batches=%llu ticket=%lld "
-			"results=%llu by_result=%d\n", c->n_cas, c->n_cas_lost, c->n_get, c->n_pause,
+			"results=%llu by_result=%d fallback=%d\n", c->n_cas, c->n_cas_lost, c->n_get, c->n_pause,
 			c->b_sent, c->b_recv, c->t_codec, c->t_join,
 			(double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6,
-			c->st->npart, c->n_folds, c->n_beats, c->n_batches, c->ticket, c->n_results, c->res_world > 0);
+			c->st->npart, c->n_folds, c->n_beats, c->n_batches, c->ticket, c->n_results, c->res_world > 0, c->fallback);
 	}
 	if (c) {
 		dptp_tcpstore_client_destroy(c->c);

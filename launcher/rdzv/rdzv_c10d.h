@@ -12,5 +12,7 @@ int rdzv_c10d_init(struct rendezvous *r, struct dptp_err *err);
  * 0 when r is not one. */
 int rdzv_c10d_tick(struct rendezvous *r, struct dptp_err *err);
 int rdzv_c10d_heartbeat(struct rendezvous *r, struct dptp_err *err);
+/* rendezvous_report_error() of c10d: the round's dptp/failed. */
+void rdzv_c10d_report_error(struct rendezvous *r);
 
 #endif

@@ -435,6 +435,14 @@ void rendezvous_report_failure(struct rendezvous *r)
 	dptp_tcpstore_client_set(r->ext, key, val, strlen(val), NULL);
 }
 
+void rendezvous_report_error(struct rendezvous *r)
+{
+	if (r->c10d)
+		rdzv_c10d_report_error(r);
+	else
+		rendezvous_report_failure(r);
+}
+
 int rendezvous_tick(struct rendezvous *r, struct dptp_err *err)
 {
 	return rdzv_c10d_tick(r, err);

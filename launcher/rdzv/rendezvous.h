@@ -50,5 +50,12 @@ int rendezvous_exit_barrier(struct rendezvous *r, double timeout, struct dptp_er
 /* Multi-node: tells the other dptp-run nodes this attempt failed (they stop
  * their workers). */
 void rendezvous_report_failure(struct rendezvous *r);
+/* After a completed rendezvous, this node cannot go on (its setup failed:
+ * the cross-node link, the PMIx registration, a worker's start): tells the
+ * other dptp-run nodes, static or c10d (the round's dptp/failed, which
+ * their cross-node link watches), so that they stop now rather than wait
+ * for this node until their timeouts (2048 c10d agents on 2 cores: the
+ * others waited 300 s in the finish exchange). */
+void rendezvous_report_error(struct rendezvous *r);
 
 #endif

@@ -26,7 +26,7 @@
 
 #define READ_CHUNK (64u * 1024u)
 #define READS_PER_STEP 16
-#define ACCEPTS_PER_STEP 64
+#define ACCEPTS_PER_STEP 512
 
 /* ---- memory accounting -------------------------------------------------------
  * The budget counts what the heap really holds: every allocation at glibc's

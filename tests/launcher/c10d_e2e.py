@@ -134,6 +134,44 @@ def case_node_killed():
         check("in a world of size 2" in err, err)
 
 
+def case_setup_error():
+    # a node whose setup fails after the rendezvous (here: its attempt's log
+    # folder, whose run folder the test replaced by a file) tells the
+    # others, which stop their workers at once (before: they ran theirs,
+    # then waited for it in the finish exchange up to 300 s). Node 0 hosts
+    # the store (a store that goes stops every node anyway); node 2 joins
+    # once the run folder is a file.
+    port = free_port()
+    logdir = tempfile.mkdtemp(prefix="c10d_setup_error.")
+    ps = []
+    try:
+        ps.append(node(0, 3, port, "se", ["late", "99"], conf=FAST + ",is_host=1"))
+        time.sleep(0.3)
+        ps.append(node(1, 3, port, "se", ["late", "99"], conf=FAST + ",is_host=0", extra=["--log-dir=" + logdir]))
+        deadline = time.monotonic() + 30
+        while not os.listdir(logdir) and time.monotonic() < deadline and ps[1].poll() is None:
+            time.sleep(0.05)
+        runs = os.listdir(logdir)
+        check(len(runs) == 1, "no run folder under %s: %s" % (logdir, runs))
+        run = os.path.join(logdir, runs[0])
+        shutil.rmtree(run)
+        open(run, "w").close()
+        ps.append(node(2, 3, port, "se", ["late", "99"], conf=FAST + ",is_host=0"))
+        res = finish(ps, 60)
+        rc, _, err = res[1]
+        check(rc != 0 and "cannot create" in err, "node 1, whose folder is a file: rc %d: %s" % (rc, err[-2000:]))
+        for k in (0, 2):
+            rc, _, err = res[k]
+            check(rc != 0 and "another node reported a failed attempt" in err,
+                  "node %d: rc %d: %s" % (k, rc, err[-2000:]))
+    finally:
+        for p in ps:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        shutil.rmtree(logdir, ignore_errors=True)
+
+
 def case_signals():
     # a node waiting for its peers ends promptly on a death signal: before
     # any worker ran as torchrun does (the signal's own end; SIGINT prints
