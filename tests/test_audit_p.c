@@ -329,6 +329,37 @@ static void test_cap_sum_missing(void **state)
 	assert_false(arec_gap(0, "lost"));
 }
 
+/* Rank 0 issues an async all_reduce on a second group [0,1] that rank 1
+ * never issues; both then wait in recv from each other until gloo's timeout
+ * raises in both. Rank 1's exception came from a failed call (done err), not
+ * its own code: it is short of the collective rank 0 entered (P). */
+static void test_async_skipped_then_timeout(void **state)
+{
+	(void)state;
+	for (int r = 0; r < 2; r++) {
+		int pid = 1000 + r;
+		arec_rank(r, 2);
+		arec(pid, "py", "{\"k\":\"group\",\"g\":[0,1],\"gn\":1,\"site\":\"a.py:6\",\"t\":0.8}");
+		arec(pid, "py", "{\"k\":\"op\",\"op\":\"all_reduce\",\"g\":[0,1],\"gn\":0,\"seq\":1,\"n\":4,\"dt\":\"float32\",\"site\":\"a.py:8\",\"t\":1}");
+		arec(pid, "py", "{\"k\":\"done\",\"g\":[0,1],\"gn\":0,\"seq\":1,\"t\":1.1}");
+		if (r == 0) {
+			arec(pid, "py", "{\"k\":\"op\",\"op\":\"all_reduce\",\"g\":[0,1],\"gn\":1,\"seq\":1,\"n\":4,\"dt\":\"float32\",\"async\":true,\"site\":\"a.py:10\",\"t\":1.2}");
+			arec(pid, "py", "{\"k\":\"done\",\"g\":[0,1],\"gn\":1,\"seq\":1,\"t\":1.3}");
+		}
+		arec(pid, "py", "{\"k\":\"op\",\"op\":\"recv\",\"g\":[0,1],\"gn\":0,\"seq\":2,\"n\":1,\"src\":%d,\"dt\":\"float32\",\"site\":\"a.py:12\",\"t\":1.4}", 1 - r);
+		arec(pid, "py", "{\"k\":\"done\",\"g\":[0,1],\"gn\":0,\"seq\":2,\"err\":true,\"t\":4.4}");
+		arec(pid, "py", "{\"k\":\"exc\",\"type\":\"RuntimeError\",\"msg\":\"Timed out waiting 3000ms for recv operation to complete\",\"site\":\"a.py:12\",\"t\":4.5}");
+		arec(pid, "py", "{\"k\":\"end\",\"how\":\"atexit\",\"code\":1,\"records\":9,\"lost\":0,\"t\":4.6}");
+		arec(pid, "c", "{\"k\":\"end\",\"how\":\"exit\",\"code\":1,\"records\":3,\"lost\":0,\"t\":4.7}");
+	}
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_count(0, 'P'), 1);
+	assert_int_equal(arec_rep.w[0].f[0].ranks[0], 1);
+	assert_non_null(strstr(arec_rep.w[0].f[0].detail,
+		"rank 1 never entered all_reduce(n=4, float32) at a.py:10 on group [0,1], which rank 0 entered"));
+}
+
 /* healthy: init, destroy, init again in the same world; the same counts
  * past the cap */
 static void test_reinit_healthy(void **state)
@@ -360,6 +391,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cap_counts, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_reinit_healthy, arec_setup, arec_teardown),
 		cmocka_unit_test(test_term_vectors),
+		cmocka_unit_test_setup_teardown(test_async_skipped_then_timeout, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_cap_sums_equal, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_cap_sums_differ, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_cap_sum_missing, arec_setup, arec_teardown),

@@ -4,8 +4,10 @@ of healthy patterns must give no finding and must not be ended as a hang
 every run (issue 31 item 4).
 usage: analysis_e2e.py DPTP_RUN TORCH_PYTHON CASE
 CASE: healthy (every tests/audit/healthy*.py), one healthy_* program alone,
-skipped_step, or cap_sums (a loop past a small record cap: compared by count
-and sum of signatures, pass; one rank's dtype changed past the cap: P).
+skipped_step, cap_sums (a loop past a small record cap: compared by count
+and sum of signatures, pass; one rank's dtype changed past the cap: P), or
+async_skip (an async collective one rank skips, then both time out in recv:
+P, not pass).
 Skipped (77) without a python with torch."""
 import glob
 import json
@@ -32,9 +34,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def job(script, extra=(), timeout=200, env_more=None):
+def job(script, extra=(), timeout=200, env_more=None, text=None):
     tmp = tempfile.mkdtemp(prefix="dptp_analysis_e2e_")
     try:
+        if text is not None:  # a program of this file's own
+            with open(os.path.join(tmp, script + ".py"), "w") as f:
+                f.write(text)
+            script = os.path.join(tmp, script)
         out = os.path.join(tmp, "audit.json")
         n = "4" if script in FOUR else "2"
         env = dict(os.environ, PYTHON_EXEC=TORCH_PY, AUDIT_PORT=str(free_port()), AUDIT_SLOW="6")
@@ -101,6 +107,31 @@ def cap_sums():
         fail("a dtype changed past the cap: rc %d, findings %s\n%s\n%s" % (rc, findings(rep), text, se[-2000:]))
 
 
+ASYNC_SKIP = """import datetime
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))
+r = dist.get_rank()
+g = dist.new_group([0, 1])
+t = torch.ones(4)
+dist.all_reduce(t)
+if r == 0:
+    w = dist.all_reduce(t, group=g, async_op=True)
+x = torch.zeros(1)
+dist.recv(x, src=1 - r)
+"""
+
+
+def async_skip():
+    """rank 1 never issues the async all_reduce rank 0 issued on g; both then
+    wait in recv until gloo's 3 s timeout raises: P on rank 1 (line 10)"""
+    rc, se, rep = job("async_skip", text=ASYNC_SKIP)
+    text = " ".join(f["detail"] for f in rep["findings"])
+    if rc == 0 or findings(rep) != [("P", (1,), "10")] or "rank 1 never entered all_reduce" not in text:
+        fail("async collective skipped: rc %d, status %s, findings %s\n%s" % (rc, rep.get("status"), findings(rep),
+                                                                              se[-2000:]))
+
+
 if not TORCH_PY:
     print("no python with torch: skipped")
     sys.exit(77)
@@ -108,6 +139,8 @@ if CASE == "skipped_step":
     skipped_step()
 elif CASE == "cap_sums":
     cap_sums()
+elif CASE == "async_skip":
+    async_skip()
 elif CASE == "healthy":  # the corpus: each program, every failure told
     progs = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(HERE, "healthy*.py")))
     bad = [why for why in map(healthy, progs) if why]

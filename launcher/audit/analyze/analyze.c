@@ -218,8 +218,10 @@ int world_open(struct st *s, struct job *j, int world, struct audit_result *out)
 			rk->last_op = last;
 		out->nrecords += p->nrec;
 	}
-	for (int r = 0; r < s->size; r++)
+	for (int r = 0; r < s->size; r++) {
 		out->nrecorded += s->r[r].rec;
+		s->r[r].call_failed = s->r[r].last_op && s->r[r].last_op->err;
+	}
 	int rc = nccl_ops(s);
 	return rc < 0 ? rc : order_groups(s);
 }

@@ -95,12 +95,13 @@ const struct a_op *proc_call(const struct a_proc *p, size_t back)
 }
 
 /* a `done`: its call among the process's last ones returned */
-void calls_done(struct a_proc *p, int gid, long long seq)
+void calls_done(struct a_proc *p, int gid, long long seq, bool err)
 {
 	for (size_t b = 0; b < A_RING && b < p->nring; b++) {
 		struct a_op *o = &p->ring[(p->nring - 1 - b) % A_RING];
 		if (o->gid == gid && o->seq == seq) {
 			o->done = true;
+			o->err = err;
 			return;
 		}
 	}

@@ -194,7 +194,7 @@ static void on_done(struct job *j, int pi, const struct dptp_audit_rec *rec)
 	int gid = rec_group(j, p->cur_w, rec);
 	long long seq = dptp_audit_rec_int(rec, "seq", 0);
 	if (gid >= 0)
-		calls_done(p, gid, seq);
+		calls_done(p, gid, seq, rec_bool(rec, "err"));
 }
 
 static void on_dev(struct a_proc *p, const struct dptp_audit_rec *rec)

@@ -58,6 +58,7 @@ struct a_op {
 	int64_t root[R_N];
 	bool has[R_N];
 	bool done;       /* a `done` (or the call returned by an NCCL record) */
+	bool err;        /* its `done` says it raised (a timeout, a peer gone) */
 	double t;
 	const char *site; /* interned */
 	uint64_t lk;     /* its place in the files: process (name order), line */
@@ -295,6 +296,7 @@ struct job {
 struct a_rank {
 	bool rec;           /* some process of it recorded */
 	bool py, c, exited, raised, capped;
+	bool call_failed;   /* its last call raised (its exception came from torch.distributed) */
 	bool nccl;          /* no Python records: its sequences are NCCL's */
 	int proc;           /* its (first) process, -1 none */
 	int local_rank;
@@ -371,7 +373,7 @@ const struct a_op *seq_last(const struct seqs *q, size_t m);
 void calls_init(struct job *j);
 void calls_release(struct job *j);
 int calls_add(struct job *j, const struct a_op *o);
-void calls_done(struct a_proc *p, int gid, long long seq);
+void calls_done(struct a_proc *p, int gid, long long seq, bool err);
 /* back 0: the process's last call, 1 the one before...; NULL none */
 const struct a_op *proc_call(const struct a_proc *p, size_t back);
 const struct a_op *win_at(const struct a_win *w, size_t m, size_t pos);

@@ -344,7 +344,10 @@ static int collect_missing(struct st *s, size_t gid, const struct seqs *q, size_
 				mm.waiting[mm.nwaiting++] = r;
 				if (o && (!mm.first || o->t < mm.first->t))
 					mm.first = o;
-			} else if (q->len[m] == k && !s->r[r].raised && !s->r[r].capped && (hung || s->r[r].exited)) {
+			} else if (q->len[m] == k && (!s->r[r].raised || s->r[r].call_failed) && !s->r[r].capped &&
+				   (hung || s->r[r].exited)) {
+				/* a rank that raised in its own code stopped short for that reason;
+				 * one whose call failed (a timeout) waited somewhere else */
 				mm.short_ranks[mm.nshort++] = r;
 			}
 		}
