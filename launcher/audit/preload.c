@@ -587,6 +587,9 @@ static void end(const char *how, int code, bool known)
 		put(&l, ",\"code\":null");
 	put_key_int(&l, "records", (long long)__atomic_load_n(&n_written, __ATOMIC_RELAXED));
 	put_key_int(&l, "lost", (long long)__atomic_load_n(&n_lost, __ATOMIC_RELAXED));
+	/* of lost, the records the cap dropped (no write failure) */
+	unsigned long taken = __atomic_load_n(&n_taken, __ATOMIC_RELAXED);
+	put_key_int(&l, "dropped", taken > rec_max ? (long long)(taken - rec_max) : 0);
 	write_line(&l);
 }
 

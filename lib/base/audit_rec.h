@@ -50,9 +50,10 @@
  *          group (communicator) the calls (seq), the collectives (nc) and
  *          hs, 16 hex digits: the sum mod 2^64 of dptp_audit_term() over
  *          the collectives not written as op (nccl) records (below)
- *   end    how(exit|_exit|atexit) code(null: unknown) records lost
+ *   end    how(exit|_exit|atexit) code(null: unknown) records lost dropped
  *          (records: written by this image before it, its hello included;
- *          lost: not written: write errors, short writes, over the cap)
+ *          lost: not written: write errors, short writes, over the cap;
+ *          dropped: those of lost over the cap)
  *   exit   t                                 the old end (readers accept it)
  *
  * g + gn name a group across ranks: its member list and, among the groups

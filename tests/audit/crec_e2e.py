@@ -235,7 +235,7 @@ def case_cap():
     kinds = [r["k"] for r in recs]
     if bad or kinds != ["hello"] + ["sock"] * 5 + ["cap", "end"] or recs[6]["max"] != 5:
         fail("records: %s" % kinds)
-    if (recs[-1]["records"], recs[-1]["lost"]) != (7, 5):
+    if (recs[-1]["records"], recs[-1]["lost"], recs[-1].get("dropped")) != (7, 5, 5):
         fail("end: %s" % recs[-1])
 
 
@@ -259,7 +259,7 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     (recs, bad), = files().values()
     e = recs[-1]
     socks = [r for r in recs if r["k"] == "sock"]
-    if e["k"] != "end" or bad > 1 or e["lost"] < 1 or e["records"] != len(recs) - 1 or len(socks) + e["lost"] != 100:
+    if e["k"] != "end" or bad > 1 or e["lost"] < 1 or e.get("dropped") != 0 or e["records"] != len(recs) - 1 or len(socks) + e["lost"] != 100:
         fail("records %d, bad %d, end %s" % (len(recs), bad, e))
     if os.path.getsize(os.path.join(ADIR, os.listdir(ADIR)[0])) < 2900:
         fail("the file did not fill")
@@ -337,7 +337,7 @@ def case_nccl():
     if (c1["id"], c1["seq"], c1["nc"], c1["hs"]) != (ids[0], 13, 12, "%016x" % (hs1 & M64)) or \
             (c2["id"], c2["seq"], c2["nc"], c2["hs"]) != (ids[1], 3, 3, "%016x" % (hs2 & M64)):
         fail("count records: %s %s" % (c1, c2))
-    if (recs[-1]["records"], recs[-1]["lost"]) != (len(recs) - 1, 10):
+    if (recs[-1]["records"], recs[-1]["lost"], recs[-1].get("dropped")) != (len(recs) - 1, 10, 10):
         fail("end: %s" % recs[-1])
 
 
