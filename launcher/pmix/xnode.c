@@ -69,6 +69,7 @@ struct xnode {
 	uint64_t *hb_val;
 	double *hb_seen;
 	int lost;          /* the lost node, -1 none */
+	char dial_why[96]; /* why the last dial() failed */
 	char lost_why[160];
 };
 
@@ -117,20 +118,25 @@ static int frame_wait(struct xop *o, const char *key)
 
 /* ---- connections ---- */
 
-static int dial(const struct xnode *x)
+static int dial(struct xnode *x)
 {
 	char service[16];
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
 	int fd = -1;
 	char plain[256];
 	snprintf(service, sizeof(service), "%u", x->port);
-	if (getaddrinfo(dptp_host_unbracket(x->host, plain, sizeof(plain)), service, &hints, &res) != 0)
+	if (getaddrinfo(dptp_host_unbracket(x->host, plain, sizeof(plain)), service, &hints, &res) != 0) {
+		snprintf(x->dial_why, sizeof(x->dial_why), "cannot resolve the host");
 		return -EHOSTUNREACH;
+	}
 	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-		if (fd < 0)
+		if (fd < 0) {
+			snprintf(x->dial_why, sizeof(x->dial_why), "socket: %s", strerror(errno));
 			continue;
+		}
 		if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
+			snprintf(x->dial_why, sizeof(x->dial_why), "connect: %s", strerror(errno));
 			close(fd);
 			fd = -1;
 			continue;
@@ -143,7 +149,10 @@ static int dial(const struct xnode *x)
 		struct pollfd p = {.fd = fd, .events = POLLOUT};
 		int soerr = 0;
 		socklen_t sl = sizeof(soerr);
-		if (poll(&p, 1, 10000) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr) {
+		int n = poll(&p, 1, 10000);
+		if (n != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr) {
+			snprintf(x->dial_why, sizeof(x->dial_why), "%s", n < 0 ? strerror(errno) : n == 0 ?
+				"no connection in 10 s" : strerror(soerr ? soerr : errno));
 			close(fd);
 			fd = -1;
 		}
@@ -224,16 +233,20 @@ int xnode_start(struct xnode **out, const char *host, unsigned port, const char 
 	w = op_new(x, 0);
 	snprintf(key, sizeof(key), "%sfailed", prefix);
 	if (!w || frame_wait(w, key) < 0) {
+		int rc = dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u: %s", key, host, port,
+			x->dial_why[0] ? x->dial_why : "out of memory");
 		xnode_stop(x);
-		return dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u", key, host, port);
+		return rc;
 	}
 	w->st = X_WATCH;
 	x->srv = srv;
 	x->serve = op_new(x, 0);
 	qkey(x, me, key, sizeof(key));
 	if (!x->serve || frame_wait(x->serve, key) < 0) {
+		int rc = dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u: %s", key, host, port,
+			x->dial_why[0] ? x->dial_why : "out of memory");
 		xnode_stop(x);
-		return dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u", key, host, port);
+		return rc;
 	}
 	x->serve->st = X_QWAIT;
 	x->lost = -1;
