@@ -595,8 +595,10 @@ def _recorded(fn, name, record, skip=None):
     of its op record (or None) at entry, its done record at return; not
     inside another recorded call, nor while skip() (torch.compile tracing)."""
     def wrapper(*args, **kwargs):
+        if skip is not None and skip():  # first, and nothing else: torch.compile traces this code
+            return fn(*args, **kwargs)
         t, rec = _tls, None
-        outer = not t.inside and (_fd >= 0 or _pending is not None) and (skip is None or not skip())
+        outer = not t.inside and (_fd >= 0 or _pending is not None)
         if outer:
             try:
                 rec = record(args, kwargs)
