@@ -7,7 +7,8 @@ exit. Prints N -> seconds for dptp-run and, where torchrun is installed (or
 
 usage: bench/c10d_scale.py [--build build] [--sizes 64,128,256]
                            [--torchrun PATH|none] [--timeout 300]
-                           [--mixed 128] [--nproc 128] [--stats] [--json FILE]
+                           [--mixed 128] [--nproc 128] [--stats] [--join-times]
+                           [--json FILE]
 
 --mixed N: next to the all-dptp-run round of N, a round of N-1 dptp-run
   agents (the first hosts the store) and one torchrun agent, and one where
@@ -18,6 +19,14 @@ usage: bench/c10d_scale.py [--build build] [--sizes 64,128,256]
 --stats: DPTP_RDZV_STATS=1 / DPTP_STORE_STATS=1: every dptp-run agent's
   store traffic and compare-set conflicts, the store host's operations per
   kind, summed (see bench/results/c10d-scale.md).
+--join-times: LOGLEVEL=INFO for every agent, and the time each agent's
+  "attempts to join the next round" and "has joined round" lines (torch's
+  INFO lines, dptp-run prints them too; torch 1.13 logs only its agent's
+  "Rendezvous'ing worker group" and "Rendezvous complete for workers")
+  reach its log, seen every 50 ms:
+  rdzv_s = the last "has joined" - the last "attempts to join", the
+  rendezvous without the agents' own start (a torchrun agent's interpreter
+  and torch import); last_attempt_s = when the slowest agent got there.
 
 Counts the agents' "heartbeat" warnings and failures; a size fails when any
 agent exits non-zero or the round takes past --timeout.
@@ -56,15 +65,41 @@ def raise_nofile():
 
 def agent_cmd(kind, exe, n, port, run_id, host):
     conf = "join_timeout=900,is_host=%d" % (1 if host else 0)
-    args = ["--nnodes=%d" % n, "--nproc-per-node=1", "--rdzv-backend=c10d",
-            "--rdzv-endpoint=127.0.0.1:%d" % port, "--rdzv-id=" + run_id, "--rdzv-conf=" + conf,
-            "--max-restarts=0", "--no-python", "/bin/true"]
+    # underscores: torchrun 1.13 knows no other spelling (2.x both)
+    args = ["--nnodes=%d" % n, "--nproc_per_node=1", "--rdzv_backend=c10d",
+            "--rdzv_endpoint=127.0.0.1:%d" % port, "--rdzv_id=" + run_id, "--rdzv_conf=" + conf,
+            "--max_restarts=0", "--no_python", "/bin/true"]
     if kind == "torchrun":
-        args.insert(0, "--monitor-interval=0.1")
+        args.insert(0, "--monitor_interval=0.1")
     return [exe] + args
 
 
-def run_round(kinds, exes, timeout, stats, tmp):
+# torch's rendezvous lines, or its agent's (torch 1.13 logs only the latter)
+JOIN_RE = (("attempt", ("attempts to join the next round", "Rendezvous'ing worker group")),
+           ("joined", ("has joined round", "Rendezvous complete for workers")))
+
+
+def scan_joins(paths, offs, seen, now):
+    """Reads what each log got since the last call; stamps the first line of
+    each JOIN_RE kind per agent with now."""
+    for i, path in enumerate(paths):
+        if all(i in seen[k] for k, _ in JOIN_RE):
+            continue
+        try:
+            with open(path, "rb") as f:
+                f.seek(offs[i])
+                data = f.read()
+        except OSError:
+            continue
+        cut = data.rfind(b"\n") + 1
+        offs[i] += cut
+        text = data[:cut].decode("utf-8", "replace")
+        for k, pats in JOIN_RE:
+            if i not in seen[k] and any(p in text for p in pats):
+                seen[k][i] = now
+
+
+def run_round(kinds, exes, timeout, stats, tmp, join_times=False):
     """kinds: one entry per agent ('dptp' or 'torchrun'); agent 0 hosts."""
     n = len(kinds)
     port = free_port()
@@ -75,11 +110,15 @@ def run_round(kinds, exes, timeout, stats, tmp):
     if stats:
         env["DPTP_RDZV_STATS"] = "1"
         env["DPTP_STORE_STATS"] = "1"
+    if join_times:
+        env["LOGLEVEL"] = "INFO"
     procs = []
     logs = []
+    paths = []
     t0 = time.monotonic()
     for i, k in enumerate(kinds):
-        log = open(os.path.join(tmp, "a%d.log" % i), "w+")
+        paths.append(os.path.join(tmp, "a%d.log" % i))
+        log = open(paths[-1], "w+")
         logs.append(log)
         procs.append(subprocess.Popen(agent_cmd(k, exes[k], n, port, run_id, i == 0), stdout=log,
                                       stderr=subprocess.STDOUT, env=env, start_new_session=True))
@@ -87,11 +126,17 @@ def run_round(kinds, exes, timeout, stats, tmp):
             time.sleep(0.2)  # the host binds the store first
     deadline = t0 + timeout
     rcs = [None] * n
+    offs = [0] * n
+    seen = {k: {} for k, _ in JOIN_RE}
     while time.monotonic() < deadline and any(r is None for r in rcs):
         for i, p in enumerate(procs):
             if rcs[i] is None:
                 rcs[i] = p.poll()
+        if join_times:
+            scan_joins(paths, offs, seen, time.monotonic() - t0)
         time.sleep(0.05)
+    if join_times:
+        scan_joins(paths, offs, seen, time.monotonic() - t0)
     secs = time.monotonic() - t0
     timed_out = any(r is None for r in rcs)
     # past the timeout: SIGTERM (each agent removes its PMIx folders in
@@ -121,6 +166,13 @@ def run_round(kinds, exes, timeout, stats, tmp):
     if stats:
         out["stats"] = sum_stats(text)
         out["per_agent"] = per_agent(out["stats"], n)
+    if join_times:
+        if len(seen["attempt"]) == n and len(seen["joined"]) == n:
+            la = max(seen["attempt"].values())
+            out["last_attempt_s"] = round(la, 2)
+            out["rdzv_s"] = round(max(seen["joined"].values()) - la, 2)
+        else:
+            out["join_lines"] = {k: len(v) for k, v in seen.items()}
     if fails:
         first = [l for l in text.splitlines() if "rror" in l or "fail" in l][:3]
         out["first_errors"] = first
@@ -162,9 +214,9 @@ def per_agent(st, n):
 
 
 def run_nproc(kind, exe, nproc, timeout):
-    args = [exe, "--nproc-per-node=%d" % nproc, "--no-python", "/bin/true"]
+    args = [exe, "--nproc_per_node=%d" % nproc, "--no_python", "/bin/true"]
     if kind == "torchrun":
-        args.insert(1, "--monitor-interval=0.1")
+        args.insert(1, "--monitor_interval=0.1")
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = "1"
     t0 = time.monotonic()
@@ -174,6 +226,12 @@ def run_nproc(kind, exe, nproc, timeout):
     except subprocess.TimeoutExpired:
         rc = None
     return {"nproc": nproc, "seconds": round(time.monotonic() - t0, 2), "rc": rc}
+
+
+def joins(r):
+    if "rdzv_s" in r:
+        return " (rdzv %.2f, last in at %.2f)" % (r["rdzv_s"], r["last_attempt_s"])
+    return " (join lines %s)" % r["join_lines"] if "join_lines" in r else ""
 
 
 def main():
@@ -189,6 +247,7 @@ def main():
                     help="with --mixed: also 1 dptp-run (the host) and N-1 torchrun agents")
     ap.add_argument("--nproc", type=int, default=0)
     ap.add_argument("--stats", action="store_true")
+    ap.add_argument("--join-times", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--logs", default=None, help="keep the agents' output in this folder")
     a = ap.parse_args()
@@ -208,15 +267,17 @@ def main():
         for n in sorted(set(sizes) | (set(tsizes) if tr else set())):
             row = [str(n), "-", "-"]
             if n in sizes:
-                r = run_round(["dptp"] * n, exes, a.timeout, a.stats, tmp)
+                r = run_round(["dptp"] * n, exes, a.timeout, a.stats, tmp, a.join_times)
                 res["dptp_run"].append(r)
                 row[1] = "%.2f%s" % (r["seconds"], " FAIL" if r["failed_agents"] or r["timed_out"] else "")
                 if r["heartbeat_lines"]:
                     row[1] += " hb=%d" % r["heartbeat_lines"]
+            if a.join_times and n in sizes:
+                row[1] += joins(res["dptp_run"][-1])
             if tr and n in tsizes:
-                r = run_round(["torchrun"] * n, exes, a.timeout, False, tmp)
+                r = run_round(["torchrun"] * n, exes, a.timeout, False, tmp, a.join_times)
                 res["torchrun"].append(r)
-                row[2] = "%.2f%s" % (r["seconds"], " FAIL" if r["failed_agents"] or r["timed_out"] else "")
+                row[2] = "%.2f%s%s" % (r["seconds"], " FAIL" if r["failed_agents"] or r["timed_out"] else "", joins(r))
             print("%6s  %12s  %12s" % tuple(row), flush=True)
             if a.stats and n in sizes:
                 print("        stats: " + json.dumps(res["dptp_run"][-1].get("stats", {})), flush=True)
@@ -229,11 +290,12 @@ def main():
             if a.mixed_torchrun_heavy:
                 rounds.append(("dptp-run host + %d torchrun" % (n - 1), ["dptp"] + ["torchrun"] * (n - 1)))
             for name, kinds in rounds:
-                r = run_round(kinds, exes, a.timeout, False, tmp)
+                r = run_round(kinds, exes, a.timeout, False, tmp, a.join_times)
                 r["name"] = name
                 res["mixed"].append(r)
-                print("mixed %-32s %8.2f s%s" % (name, r["seconds"],
-                                                  " FAIL" if r["failed_agents"] or r["timed_out"] else ""), flush=True)
+                print("mixed %-32s %8.2f s%s%s" % (name, r["seconds"],
+                                                    " FAIL" if r["failed_agents"] or r["timed_out"] else "",
+                                                    joins(r)), flush=True)
         if a.nproc:
             for k in ("dptp", "torchrun"):
                 if not exes[k]:

@@ -1378,6 +1378,8 @@ static int c10d_next(struct rendezvous *r, unsigned restart, struct rdzv_info *o
 	unsigned rk[4];
 	memset(out, 0, sizeof(*out));
 	r->attempt = restart;
+	info(r, "The node '%s_%lld_%lld' attempts to join the next round of the rendezvous '%s'.", c->me.addr, c->me.pid,
+		c->me.local_id, r->run_id);
 	if (!c->c)
 		DPTP_TRY(c10d_start(r, err));
 	c->heartbeats = false; /* torch stops the heartbeats while it rendezvouses */
