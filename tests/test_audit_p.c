@@ -17,6 +17,7 @@
 
 #include "audit_records.h"
 #include "audit/analyze/model.h"
+#include "base/audit_rec.h"
 
 static int seqs[1100][8]; /* per pid - 1000, per group slot: calls so far */
 
@@ -329,6 +330,58 @@ static void test_cap_sum_missing(void **state)
 	assert_false(arec_gap(0, "lost"));
 }
 
+/* A C++ program over NCCL, past the C recorder's cap: 3 all_reduce(n=64)
+ * recorded, then `total` in all counted with the sum of the unkept ones'
+ * terms ("op|n|nccl<dt>|", n = n2 from position `from` on) */
+static void nccl_capped_rank(int r, int total, int from, int n2)
+{
+	int pid = 1000 + r;
+	uint64_t sum = 0;
+	char sig[64];
+	arec(pid, "c", "{\"k\":\"hello\",\"rec\":\"c\",\"rank\":%d,\"world\":2,\"local_rank\":%d,\"pid\":%d,\"ppid\":999,"
+		"\"worker\":true,\"py\":false,\"exe\":\"/bin/app\",\"img\":0,\"host\":\"h\",\"att\":0,\"t\":0.1}", r, r, pid);
+	arec(pid, "c", "{\"k\":\"nccl\",\"call\":\"init\",\"id\":\"00000000000000a0\",\"nranks\":2,\"crank\":%d,\"dev\":%d,\"rc\":0,\"t\":0.2}",
+		r, r);
+	for (int i = 0; i < 3; i++)
+		arec(pid, "c", "{\"k\":\"nccl\",\"call\":\"op\",\"op\":\"all_reduce\",\"id\":\"00000000000000a0\",\"n\":64,\"dt\":7,\"rc\":0,\"t\":%d}",
+			1 + i);
+	arec(pid, "c", "{\"k\":\"cap\",\"max\":5,\"t\":4}");
+	for (int pos = 3; pos < total; pos++) {
+		snprintf(sig, sizeof(sig), "all_reduce|%d|nccl7|", pos >= from ? n2 : 64);
+		sum += dptp_audit_term(dptp_audit_sig_hash(sig, strlen(sig)), (uint64_t)pos);
+	}
+	arec(pid, "c", "{\"k\":\"count\",\"id\":\"00000000000000a0\",\"seq\":%d,\"nc\":%d,\"hs\":\"%016llx\",\"t\":5}", total,
+		total, (unsigned long long)sum);
+	arec(pid, "c", "{\"k\":\"end\",\"how\":\"exit\",\"code\":0,\"records\":8,\"lost\":%d,\"dropped\":%d,\"t\":9}", total - 3,
+		total - 3);
+}
+
+/* the same NCCL calls past the cap on both ranks: no gap, a pass; one rank's
+ * size changed past it: P */
+static void test_nccl_cap_sums(void **state)
+{
+	(void)state;
+	nccl_capped_rank(0, 4000, 4000, 64);
+	nccl_capped_rank(1, 4000, 4000, 64);
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_rep.nw, 1);
+	assert_int_equal(arec_rep.w[0].nf, 0);
+	assert_int_equal(arec_rep.w[0].ngaps, 0);
+	assert_false(arec_rep.w[0].capped);
+}
+
+static void test_nccl_cap_sums_differ(void **state)
+{
+	(void)state;
+	nccl_capped_rank(0, 4000, 4000, 64);
+	nccl_capped_rank(1, 4000, 3000, 32);
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_count(0, 'P'), 1);
+	assert_non_null(strstr(arec_rep.w[0].f[0].detail, "calls past the record cap differ in op/size/dtype/root on group [0,1]: rank 1 vs rank 0"));
+}
+
 /* Rank 0 issues an async all_reduce on a second group [0,1] that rank 1
  * never issues; both then wait in recv from each other until gloo's timeout
  * raises in both. Rank 1's exception came from a failed call (done err), not
@@ -392,6 +445,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reinit_healthy, arec_setup, arec_teardown),
 		cmocka_unit_test(test_term_vectors),
 		cmocka_unit_test_setup_teardown(test_async_skipped_then_timeout, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_nccl_cap_sums, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_nccl_cap_sums_differ, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_cap_sums_equal, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_cap_sums_differ, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_cap_sum_missing, arec_setup, arec_teardown),

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/audit_rec.h"
+
 /* ---- one world ------------------------------------------------------- */
 
 static int rank_device(const struct a_proc *p)
@@ -84,6 +86,11 @@ static int nccl_ops(struct st *s)
 			break;
 		}
 		j->g[gid].created = true;
+		j->g[gid].nccl = true;
+		for (size_t k = 0; k < j->ncnt; k++) /* the members' counts past their cap */
+			if (j->cnt[k].gid < 0 && !strcmp(j->cnt[k].id, c->id) && in_list(members, (size_t)c->nranks,
+			    proc_rank_in(&j->p[j->cnt[k].proc], s->world)))
+				j->cnt[k].gid = gid;
 		int *cnt = calloc((size_t)s->size, sizeof(int));
 		if (!cnt) {
 			rc = -ENOMEM;
@@ -114,6 +121,18 @@ static int nccl_ops(struct st *s)
 				break;
 			}
 			o->pos = is_p2p(o->op) ? -1 : cnt[d.rank]++;
+			if (o->pos >= 0) { /* its term, as the C recorder sums it past its cap */
+				char sig[128];
+				struct a_proc *p = &j->p[d.proc];
+				if ((rc = proc_count(p, gid)) < 0)
+					break;
+				rc = 0;
+				if (d.root >= 0)
+					snprintf(sig, sizeof(sig), "%s|%lld|%s|root=%lld", d.op, (long long)d.n, dt, (long long)d.root);
+				else
+					snprintf(sig, sizeof(sig), "%s|%lld|%s|", d.op, (long long)d.n, dt);
+				p->hsum[gid] += dptp_audit_term(sig_hash(sig), (uint64_t)p->cnt[gid]++);
+			}
 			o->seq = o->pos + 1;
 			bool to = !strcmp(d.op, "send");
 			int kk = to ? R_GDST : R_GSRC, kg = to ? R_DST : R_SRC;

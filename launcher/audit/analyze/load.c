@@ -135,8 +135,9 @@ static int rec_group(struct job *j, int w, const struct dptp_audit_rec *rec)
 	return group_intern(j, w, g->a, g->n, (int)dptp_audit_rec_int(rec, "gn", 0));
 }
 
-/* its position among the process's collectives on gid; its term summed */
-static int count_call(struct a_proc *p, int gid, const struct a_op *o)
+/* the process's collectives so far on gid (its next position), the arrays
+ * grown to hold gid; -ENOMEM */
+int proc_count(struct a_proc *p, int gid)
 {
 	if ((size_t)gid >= p->ncnt) {
 		size_t nc = (size_t)gid + 16;
@@ -151,7 +152,16 @@ static int count_call(struct a_proc *p, int gid, const struct a_op *o)
 		memset(h + p->ncnt, 0, (nc - p->ncnt) * sizeof(*h));
 		p->ncnt = nc;
 	}
-	p->hsum[gid] += op_term(o->op, o->n, o->dt, o->has, o->root, p->cnt[gid]);
+	return p->cnt[gid];
+}
+
+/* its position among the process's collectives on gid; its term summed */
+static int count_call(struct a_proc *p, int gid, const struct a_op *o)
+{
+	int pos = proc_count(p, gid);
+	if (pos < 0)
+		return pos;
+	p->hsum[gid] += op_term(o->op, o->n, o->dt, o->has, o->root, pos);
 	return p->cnt[gid]++;
 }
 
@@ -433,17 +443,23 @@ static int on_record(struct job *j, int pi, bool py, const struct dptp_audit_rec
 		if (!strcmp(k, "cap")) {
 			p->capped = true;
 			p->capped_c |= !py;
+			p->capped_py |= py;
 			p->cap_max = dptp_audit_rec_int(rec, "max", 0);
-		} else if (!strcmp(k, "count") && py) {
-			int gid = rec_group(j, p->cur_w, rec);
+		} else if (!strcmp(k, "count")) {
+			/* Python: per group; C: per NCCL communicator (id), its group
+			 * made by the analysis (nccl_ops) */
+			const char *id = py ? "" : dptp_audit_rec_str(rec, "id", "");
+			int gid = py ? rec_group(j, p->cur_w, rec) : -1;
 			if (gid < -1)
 				return gid;
-			struct a_count *c = gid >= 0 ? push(&j->cnt, &j->ncnt, &j->capcnt, sizeof(*j->cnt)) : NULL;
-			if (gid >= 0 && !c)
+			struct a_count *c = gid >= 0 || id[0] ? push(&j->cnt, &j->ncnt, &j->capcnt, sizeof(*j->cnt)) : NULL;
+			if ((gid >= 0 || id[0]) && !c)
 				return -ENOMEM;
-			if (c)
+			if (c) {
 				*c = (struct a_count){.proc = pi, .gid = gid, .seq = dptp_audit_rec_int(rec, "seq", 0),
 					.nc = dptp_audit_rec_int(rec, "nc", -1)};
+				snprintf(c->id, sizeof(c->id), "%s", id);
+			}
 			const char *hs = dptp_audit_rec_str(rec, "hs", "");
 			if (c && strlen(hs) == 16 && strspn(hs, "0123456789abcdef") == 16) {
 				c->hs = strtoull(hs, NULL, 16);

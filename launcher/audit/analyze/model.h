@@ -43,6 +43,7 @@ struct a_group {
 	size_t n;
 	int gn;
 	bool created; /* a group record named it (not only a call) */
+	bool nccl;    /* an NCCL communicator of a program without Python records */
 	uint64_t lk;  /* its first record's place in the files */
 };
 
@@ -122,6 +123,7 @@ struct a_count {
 	long long nc;      /* its collectives ("nc"), -1 not written */
 	bool has_hs;       /* "hs": the sum of the terms of the calls past the cap */
 	uint64_t hs;
+	char id[20];       /* the C recorder's: the NCCL communicator ("" Python's); gid -1 until nccl_ops */
 };
 
 struct a_proc {
@@ -135,6 +137,7 @@ struct a_proc {
 	size_t bad;        /* lines that are no record (a short write's torn line, ended by the next) */
 	bool capped;
 	bool capped_c;     /* the C recorder's cap (its records past it are not counted) */
+	bool capped_py;    /* the Python recorder's */
 	int64_t lost, dropped, cap_max; /* dropped: the part of lost the cap dropped */
 	char flags[8];
 	char exe[128];
@@ -324,6 +327,7 @@ struct st {
 
 /* ---- load.c ---- */
 int job_load(struct job *j, const char *dir, struct dptp_err *err);
+int proc_count(struct a_proc *p, int gid);
 void job_release(struct job *j);
 const char *str_intern(struct a_strtab *t, const char *s);
 

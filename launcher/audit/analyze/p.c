@@ -99,9 +99,12 @@ static bool member_total(const struct st *s, int rank, size_t gid, long long *cn
 	const struct a_proc *p = &j->p[pi];
 	long long rec = gid < p->ncnt ? p->cnt[gid] : 0;
 	uint64_t h = gid < p->ncnt ? p->hsum[gid] : 0;
-	if (p->capped_c || (p->capped && !p->ended))
+	/* an NCCL communicator's calls are the C recorder's, a group's the
+	 * Python one's (a Python rank's C records past their cap: unknown) */
+	bool nccl = j->g[gid].nccl, capped = nccl ? p->capped_c : p->capped_py;
+	if ((!nccl && p->capped_c) || (capped && !p->ended))
 		return false;
-	if (!p->capped) {
+	if (!capped) {
 		*cnt = rec;
 		*sum = h;
 		return true;
@@ -136,13 +139,13 @@ bool cap_compared(const struct st *s, int proc)
 	const struct job *j = s->j;
 	const struct a_proc *p = &j->p[proc];
 	bool any = false;
-	if (!s->r || p->capped_c || !p->ended)
+	if (!s->r || (p->capped_c && p->py) || !p->ended)
 		return false;
 	for (size_t i = 0; i < j->ncnt; i++) {
 		const struct a_count *c = &j->cnt[i];
 		if (c->proc != proc)
 			continue;
-		if (!c->has_hs || j->g[c->gid].world != s->world || !group_totals(s, (size_t)c->gid))
+		if (!c->has_hs || c->gid < 0 || j->g[c->gid].world != s->world || !group_totals(s, (size_t)c->gid))
 			return false;
 		any = true;
 	}
