@@ -160,8 +160,9 @@ static int g_names(struct st *s, const struct name_use *u, size_t n, bool gpu_fo
 static int cmp_gpu(const void *a, const void *b, void *arg)
 {
 	const struct a_gpu *g = arg, *x = &g[*(const size_t *)a], *y = &g[*(const size_t *)b];
-	if (x->h != y->h)
-		return (uintptr_t)x->h < (uintptr_t)y->h ? -1 : 1;
+	int c = x->h == y->h ? 0 : strcmp(x->h, y->h); /* by content: the same report whatever the allocations */
+	if (c)
+		return c;
 	size_t i = *(const size_t *)a, k = *(const size_t *)b;
 	return (i > k) - (i < k);
 }
