@@ -70,7 +70,8 @@ struct rdzv_c10d {
 	int nwait;
 	/* DPTP_RDZV_STATS: this agent's state traffic, printed at shutdown */
 	bool stats;
-	unsigned long long n_cas, n_cas_lost, n_get, n_pause, b_sent, b_recv, n_folds, n_beats, n_batches, n_results;
+	unsigned long long n_cas, n_cas_lost, n_get, n_pause, b_sent, b_recv, n_folds, n_beats, n_batches, n_results,
+		n_passed;
 	long long ticket;
 	double t_codec, t_join;
 };
@@ -607,6 +608,7 @@ struct ticket {
 	struct rdzv_nd nd;
 	int64_t hb;
 	bool moved;
+	bool none; /* its holder left no _NodeDesc in time: passed over */
 };
 
 static int jkey(const struct rdzv_c10d *c, char *out, size_t len, const char *fmt, ...)
@@ -732,7 +734,7 @@ static int combine_apply(struct rendezvous *r, const struct ticket *tk, size_t n
 		rdzv_nd_index_put(&ix, &s->part[i], i);
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && add && i < n && !s->complete; i++) {
-		if (rdzv_nd_index_find(&ix, &tk[i].nd) >= 0)
+		if (tk[i].none || rdzv_nd_index_find(&ix, &tk[i].nd) >= 0)
 			continue;
 		if ((rc = add_part(r, &tk[i].nd, now)) == 0) {
 			rdzv_nd_index_put(&ix, &tk[i].nd, 0);
@@ -836,7 +838,12 @@ static int combine(struct rendezvous *r, long long round, double deadline, struc
 	const struct run_opts *o = r->opts;
 	struct ticket *tk = calloc(64, sizeof(*tk));
 	size_t cap = 64, ntk = 1, ntk_written = 0;
-	double last_poll = 0, last_write = -1e9, last_refresh = dptp_now();
+	double last_poll = 0, last_write = -1e9, last_refresh = dptp_now(), gap_since = -1;
+	/* a ticket whose holder left no _NodeDesc within this is passed over
+	 * (the holder, if it comes, gets no result and joins as torch's
+	 * joiners do): a holder killed between its ADD and its SET must not
+	 * hold back every later ticket until the join timeout */
+	double gap_most = o->c10d.keep_alive_interval > 2 ? o->c10d.keep_alive_interval : 2;
 	int rc = 0;
 	char kn[280], kd[280], ka[280], knext[280], kr[280], rv[32];
 	if (!tk)
@@ -869,6 +876,25 @@ static int combine(struct rendezvous *r, long long round, double deadline, struc
 			if ((rc = read_tickets(r, &tk, &cap, (int64_t)ntk + 1, upto, err)) < 0)
 				break;
 			ntk = (size_t)upto;
+			gap_since = -1;
+		} else if ((size_t)n > ntk && gap_since < 0) {
+			gap_since = now;
+		} else if ((size_t)n > ntk && now - gap_since > gap_most) {
+			if (ntk + 1 > cap) {
+				struct ticket *g = realloc(tk, (ntk + 1) * 2 * sizeof(*tk));
+				if (!g) {
+					rc = dptp_err_set(err, -ENOMEM, "out of memory");
+					break;
+				}
+				tk = g;
+				cap = (ntk + 1) * 2;
+			}
+			memset(&tk[ntk], 0, sizeof(tk[ntk]));
+			tk[ntk].none = true;
+			tk[ntk].hb = -1;
+			ntk++;
+			gap_since = -1;
+			c->n_passed++;
 		}
 		bool refresh = now - last_refresh >= o->c10d.keep_alive_interval / 2.0;
 		if (refresh) {
@@ -1575,10 +1601,10 @@ static void c10d_shutdown(struct rendezvous *r)
 		getrusage(RUSAGE_SELF, &ru);
 		fprintf(stderr, "dptp-run: rdzv stats: cas=%llu cas_lost=%llu get=%llu pauses=%llu sent=%llu recv=%llu "
 			"codec_s=%.3f join_s=%.3f cpu_s=%.3f state_nodes=%u folds=%llu beats=%llu batches=%llu ticket=%lld "
-			"results=%llu by_result=%d fallback=%d\n", c->n_cas, c->n_cas_lost, c->n_get, c->n_pause,
+			"results=%llu by_result=%d fallback=%d passed=%llu\n", c->n_cas, c->n_cas_lost, c->n_get, c->n_pause,
 			c->b_sent, c->b_recv, c->t_codec, c->t_join,
 			(double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6,
-			c->st->npart, c->n_folds, c->n_beats, c->n_batches, c->ticket, c->n_results, c->res_world > 0, c->fallback);
+			c->st->npart, c->n_folds, c->n_beats, c->n_batches, c->ticket, c->n_results, c->res_world > 0, c->fallback, c->n_passed);
 	}
 	if (c) {
 		dptp_tcpstore_client_destroy(c->c);

@@ -134,6 +134,46 @@ def case_node_killed():
         check("in a world of size 2" in err, err)
 
 
+def case_ticket_gap():
+    # a joiner that takes a ticket of the combined join (ADD .../n) and dies
+    # before it leaves its _NodeDesc (here: a bare client that never does)
+    # must not hold back the later tickets: the combiner passes over it and
+    # the others still take their ranks from the combiner's result (before:
+    # the combiner's MULTI_GET waited for the missing key, its counter stood
+    # still and every later holder joined as torch's joiners do)
+    sys.path.insert(0, HERE)
+    from store_probe import Store
+    port = free_port()
+    ps = []
+    try:
+        ps.append(node(0, 3, port, "tg", ["env"], conf=FAST + ",is_host=1", DPTP_RDZV_STATS="1"))
+        deadline = time.monotonic() + 30
+        st = None
+        while time.monotonic() < deadline:  # the host holds ticket 1
+            try:
+                st = st or Store("127.0.0.1", port, timeout=5)
+                if st.check(["torch.rendezvous.tg.dptp.join.0/1"]):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.05)
+        check(st is not None and st.check(["torch.rendezvous.tg.dptp.join.0/1"]), "node 0 took no ticket")
+        check(st.add("torch.rendezvous.tg.dptp.join.0/n", 1) == 2, "the gap is not ticket 2")
+        ps += [node(k, 3, port, "tg", ["env"], conf=FAST + ",is_host=0", DPTP_RDZV_STATS="1") for k in (1, 2)]
+        res = finish(ps, 90)
+        for k, (rc, out, err) in enumerate(res):
+            check(rc == 0, "node %d: rc %d: %s" % (k, rc, err[-2000:]))
+        stats = [re.search(r"rdzv stats: .*", err).group(0) for _, _, err in res]
+        check("passed=1" in stats[0], "node 0 (the combiner) passed over no ticket: %s" % stats[0])
+        for k in (1, 2):
+            check("by_result=1" in stats[k], "node %d did not take its rank from the combiner: %s" % (k, stats[k]))
+    finally:
+        for p in ps:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
 def case_setup_error():
     # a node whose setup fails after the rendezvous (here: its attempt's log
     # folder, whose run folder the test replaced by a file) tells the
