@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -132,4 +135,35 @@ void arec_print(void)
 	for (size_t i = 0; i < arec_rep.ngaps; i++)
 		print_message("#   job gap rank %d pid %d: %s\n", arec_rep.gaps[i].rank, (int)arec_rep.gaps[i].pid,
 			arec_rep.gaps[i].why);
+}
+
+bool arec_sanitized(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+	return true;
+#endif
+#endif
+	return false;
+}
+
+void arec_analyze_limited(int mib, size_t nf, size_t ngaps)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit rl = {(rlim_t)mib << 20, (rlim_t)mib << 20};
+		struct audit_report rep;
+		struct dptp_err err = {0};
+		if (setrlimit(RLIMIT_DATA, &rl) < 0)
+			_exit(3);
+		int rc = audit_analyze_job(arec_dir, NULL, -1, &rep, &err);
+		_exit(rc < 0 ? 1 : rep.nw == 1 && rep.w[0].nf == nf && rep.w[0].ngaps == ngaps ? 0 : 2);
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
 }

@@ -31,5 +31,10 @@ size_t arec_count(size_t w, char mech);
 /* a gap of world w (or of the job, w == SIZE_MAX) whose reason holds s */
 bool arec_gap(size_t w, const char *s);
 void arec_print(void);
+/* a sanitizer's build: its shadow memory counts against RLIMIT_DATA */
+bool arec_sanitized(void);
+/* analyses the folder in a child under a data limit of mib MiB; asserts it
+ * gave one world with nf findings and ngaps gaps there */
+void arec_analyze_limited(int mib, size_t nf, size_t ngaps);
 
 #endif

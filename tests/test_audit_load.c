@@ -9,10 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmocka.h>
 
 #include "audit_records.h"
@@ -323,13 +319,8 @@ static void test_calls_diverge_late(void **state)
 static void test_calls_rlimit(void **state)
 {
 	(void)state;
-#if defined(__SANITIZE_ADDRESS__)
-	skip();
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
-	skip();
-#endif
-#endif
+	if (arec_sanitized())
+		skip();
 	for (int r = 0; r < 2; r++) {
 		FILE *f = calls_file(r);
 		for (int i = 0; i < 80000; i++)
@@ -338,21 +329,7 @@ static void test_calls_rlimit(void **state)
 		fclose(f);
 		arec_end(r);
 	}
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		struct rlimit rl = {16 << 20, 16 << 20};
-		struct audit_report rep;
-		struct dptp_err err = {0};
-		if (setrlimit(RLIMIT_DATA, &rl) < 0)
-			_exit(3);
-		int rc = audit_analyze_job(arec_dir, NULL, -1, &rep, &err);
-		_exit(rc < 0 ? 1 : rep.nw == 1 && rep.w[0].nf == 0 && rep.w[0].ngaps == 0 ? 0 : 2);
-	}
-	int st = 0;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	arec_analyze_limited(16, 0, 0);
 }
 
 int main(void)

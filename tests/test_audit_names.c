@@ -104,12 +104,44 @@ static void test_many_names(void **state)
 	assert_true(arec_rep.nrecords > 240000);
 }
 
+/* A rank that connects to a peer's socket on every request: 250,000
+ * successful connects of one process to one name are one use (its first,
+ * with its Python site), not 250,000 entries (about 20 MB: over a 16 MB
+ * data limit in a child). Skipped under a sanitizer (its shadow counts). */
+static void test_connect_loop(void **state)
+{
+	(void)state;
+	if (arec_sanitized())
+		skip();
+	char path[128];
+	for (int r = 0; r < 2; r++) {
+		arec_rank(r, 2);
+		arec_end(r);
+	}
+	arec(1000, "c", "{\"k\":\"sock\",\"call\":\"bind\",\"fam\":\"unix\",\"addr\":\"/tmp/srv\",\"rc\":0,\"err\":0,\"t\":1}");
+	snprintf(path, sizeof(path), "%s/a0.p1001.c.jsonl", arec_dir);
+	FILE *f = fopen(path, "a");
+	assert_non_null(f);
+	for (int i = 0; i < 250000; i++)
+		fprintf(f, "{\"k\":\"sock\",\"call\":\"connect\",\"fam\":\"unix\",\"addr\":\"/tmp/srv\",\"rc\":0,\"err\":0,\"t\":%d}\n", 2 + i);
+	fclose(f);
+	for (int i = 0; i < 3; i++)
+		arec(1001, "py", "{\"k\":\"site\",\"call\":\"connect\",\"key\":\"/tmp/srv\",\"site\":\"client.py:%d\",\"outer\":\"main.py:3\",\"t\":%d}",
+			7 + i, 2 + i);
+	arec_analyze(-1);
+	arec_print();
+	assert_int_equal(arec_count(0, 'G'), 1);
+	assert_string_equal(arec_rep.w[0].f[0].site, "client.py:7"); /* the first connect's */
+	arec_analyze_limited(16, 1, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_free_port_loop, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_collisions, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_many_names, arec_setup, arec_teardown),
+		cmocka_unit_test_setup_teardown(test_connect_loop, arec_setup, arec_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -404,6 +404,9 @@ void calls_init(struct job *j)
 	j->rin_ix.words = 5;
 	j->twin_ix.words = 4;
 	j->gagg_ix.words = 3;
+	j->use_seen.words = 3;
+	j->cjoin.words = 2;
+	j->pyjoin.words = 2;
 }
 
 void calls_release(struct job *j)
@@ -437,4 +440,7 @@ void calls_release(struct job *j)
 	kmap_release(&j->rin_ix);
 	kmap_release(&j->twin_ix);
 	kmap_release(&j->gagg_ix);
+	kmap_release(&j->use_seen);
+	kmap_release(&j->cjoin);
+	kmap_release(&j->pyjoin);
 }

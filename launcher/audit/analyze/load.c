@@ -235,6 +235,17 @@ static const char *join_key(struct job *j, const char *call, const char *key)
 	return str_intern(&j->str, k);
 }
 
+/* one more C record of process pi to join with a Python site by jkey */
+static int count_join(struct job *j, int pi, const char *jkey)
+{
+	uintptr_t k[2] = {(uintptr_t)pi, (uintptr_t)jkey};
+	size_t *n = kmap_get(&j->cjoin, k, true);
+	if (!n)
+		return -ENOMEM;
+	++*n;
+	return 0;
+}
+
 static int on_res(struct job *j, int pi, const struct dptp_audit_rec *rec, const char *kind, size_t ord)
 {
 	const char *call = dptp_audit_rec_str(rec, "call", "");
@@ -277,6 +288,20 @@ static int on_res(struct job *j, int pi, const struct dptp_audit_rec *rec, const
 	/* the site join key rides in .site until the join */
 	if (!(x.site = join_key(j, call, key)))
 		return -ENOMEM;
+	if (x.what == 'c' && x.rc >= 0) {
+		/* the same process connecting to the same name again (a connect
+		 * per request): what the mechanisms see is its first success (a
+		 * later failure keeps its place; its Python site may then be
+		 * another connect's, unused: only the first use's site is shown) */
+		uintptr_t k[3] = {(uintptr_t)pi, (uintptr_t)x.key, (uintptr_t)x.what};
+		size_t *seen = kmap_get(&j->use_seen, k, true);
+		if (!seen)
+			return -ENOMEM;
+		if ((*seen)++)
+			return 0;
+	}
+	if (count_join(j, pi, x.site) < 0)
+		return -ENOMEM;
 	struct a_res *r = push(&j->res, &j->nres, &j->capres, sizeof(*j->res));
 	if (!r)
 		return -ENOMEM;
@@ -302,7 +327,7 @@ static int on_gpu(struct job *j, int pi, const struct dptp_audit_rec *rec, size_
 	g->h = str_intern(&j->str, dptp_audit_rec_str(rec, "h", ""));
 	g->csite = str_intern(&j->str, dptp_audit_rec_str(rec, "site", ""));
 	g->site = join_key(j, call, dptp_audit_rec_str(rec, "h", "")); /* the Python site's key is h too */
-	return g->h && g->csite && g->site ? 0 : -ENOMEM;
+	return g->h && g->csite && g->site && count_join(j, pi, g->site) == 0 ? 0 : -ENOMEM;
 }
 
 static int on_nccl(struct job *j, int pi, const struct dptp_audit_rec *rec)
@@ -426,12 +451,21 @@ static int on_record(struct job *j, int pi, bool py, const struct dptp_audit_rec
 		if (!strcmp(k, "sock") || !strcmp(k, "shm"))
 			return py ? 0 : on_res(j, pi, rec, k, ord);
 		if (!strcmp(k, "site")) {
+			/* the k-th site joins the k-th C record (join_sites): the
+			 * ones past the C records (read before) join none */
+			const char *jkey = join_key(j, dptp_audit_rec_str(rec, "call", ""), dptp_audit_rec_str(rec, "key", ""));
+			uintptr_t key[2] = {(uintptr_t)pi, (uintptr_t)jkey};
+			size_t *nc = jkey ? kmap_get(&j->cjoin, key, false) : NULL, *np = jkey ? kmap_get(&j->pyjoin, key, true) : NULL;
+			if (!np)
+				return -ENOMEM;
+			if (!nc || (*np)++ >= *nc)
+				return 0;
 			struct a_site *x = push(&j->sites, &j->nsites, &j->capsites, sizeof(*j->sites));
 			if (!x)
 				return -ENOMEM;
 			x->proc = pi;
 			x->ord = ord;
-			x->jkey = join_key(j, dptp_audit_rec_str(rec, "call", ""), dptp_audit_rec_str(rec, "key", ""));
+			x->jkey = jkey;
 			x->site = str_intern(&j->str, dptp_audit_rec_str(rec, "site", ""));
 			x->outer = str_intern(&j->str, dptp_audit_rec_str(rec, "outer", ""));
 			return x->jkey && x->site && x->outer ? 0 : -ENOMEM;

@@ -264,6 +264,10 @@ struct job {
 	size_t held, held_peak; /* positions held in windows now, at most */
 	size_t ncalls;
 	struct kmap steps, at_count, rbad_ix, rin_ix, twin_ix, gagg_ix;
+	/* the sockets: a process's repeated successful connect to one name is
+	 * kept once, and the Python sites as far as the C records they join
+	 * (load.c) */
+	struct kmap use_seen, cjoin, pyjoin;
 	struct r_bad *rbad;
 	size_t nrbad, caprbad;
 	struct r_in *rin;
