@@ -31,7 +31,7 @@ static size_t in_world(const struct st *s, int *ranks, const int *from, size_t n
 	return k;
 }
 
-/* the calls of one site with a root outside their group (load.c's summary:
+/* the calls of one site with a root outside their group (calls.c's summary:
  * per site, op and root key, the first such call and the ranks) */
 static int bad_roots(struct st *s, int *ranks)
 {
