@@ -23,6 +23,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
+#include <pthread.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -54,7 +57,7 @@ struct client {
 };
 
 static struct {
-	unsigned fences, aborts, notifies;
+	unsigned fences, aborts, notifies, crashes;
 	unsigned char blob[4096];
 	size_t blob_len;
 	struct pmix_srv_fence *fence; /* taken, to complete as another node's answer would */
@@ -90,7 +93,16 @@ static void on_notify(void *ctx, const void *blob, size_t len)
 	memcpy(seen.blob, blob, seen.blob_len);
 }
 
-static const struct pmix_srv_sink sink = {.fence = on_fence, .abort = on_abort, .notify = on_notify};
+static void on_crashed(void *ctx)
+{
+	(void)ctx;
+	seen.crashes++;
+}
+
+static struct sigaction guard_action;
+
+static const struct pmix_srv_sink sink = {.fence = on_fence, .abort = on_abort, .notify = on_notify,
+	.crashed = on_crashed};
 
 static int setup(void **state)
 {
@@ -107,6 +119,7 @@ static int setup(void **state)
 		fprintf(stderr, "pmix_srv_init: %s\n", err.msg);
 		return -1;
 	}
+	sigaction(SIGSEGV, NULL, &guard_action); /* cmocka puts its own over it per test */
 	return 0;
 }
 
@@ -354,6 +367,57 @@ static void test_event(void **state)
 	pmix_srv_deregister_job(&srv);
 }
 
+/* A fault inside libevent on a thread of the library's kind, as OpenPMIx's
+ * second completion of a fence does (event_del on the freed tracker's
+ * event, whose memory MALLOC_PERTURB_ had filled): a real SIGSEGV in
+ * libevent's code, not a simulated one. */
+static void *fault_in_libevent(void *freed)
+{
+	int (*del)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "event_del");
+	if (del)
+		del(freed);
+	return NULL;
+}
+
+static bool crashed(struct client *c, size_t n)
+{
+	(void)c;
+	(void)n;
+	return seen.crashes > 0;
+}
+
+/* The library crashing in its own thread (pmix/crash_guard.h): the process
+ * lives on, the sink hears of it once, and with a client still registered
+ * every later call returns at once without the library (its locks may be
+ * held by the stopped thread). Runs last: the library is gone after it. */
+static void test_library_crash(void **state)
+{
+	(void)state;
+	static unsigned char freed[1024];
+	struct client c[1];
+	struct dptp_err err = {0};
+	pthread_t t;
+	memset(&seen, 0, sizeof(seen));
+	register_job(1);
+	start(&c[0], 0, "fence-wait");
+	expect_line(&c[0], "rank 0 size 2 local 1\n");
+	memset(freed, 0x5a, sizeof(freed));
+	assert_non_null(dlsym(RTLD_DEFAULT, "event_del"));
+	sigaction(SIGSEGV, &guard_action, NULL);
+	assert_int_equal(pthread_create(&t, NULL, fault_in_libevent, freed), 0);
+	pthread_detach(t);
+	assert_true(serve_until(c, 1, crashed, 20.0));
+	assert_int_equal(seen.crashes, 1);
+	/* no deregistration goes to the library, so none is waited for (the
+	 * library's answer would never come: -ETIMEDOUT after 30 s) */
+	pmix_srv_release_client(&srv, 0);
+	assert_int_equal(pmix_srv_wait_released(&srv, 30.0, &err), 0);
+	kill(c[0].pid, SIGKILL);
+	finish(c, 1);
+	pmix_srv_deregister_job(&srv);
+	assert_int_equal(seen.crashes, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -361,6 +425,7 @@ int main(void)
 		cmocka_unit_test(test_exit_without_finalize),
 		cmocka_unit_test(test_abort),
 		cmocka_unit_test(test_event),
+		cmocka_unit_test(test_library_crash),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

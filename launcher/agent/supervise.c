@@ -179,6 +179,16 @@ static void on_refuse(void *ctx, unsigned rank, const char *msg)
 	begin_stop(j, SIGTERM);
 }
 
+/* The PMIx library crashed in its progress thread (pmix/crash_guard.h):
+ * the job cannot go on without its PMIx server, as without a node. */
+static void on_pmix_crashed(void *ctx)
+{
+	struct job *j = ctx;
+	if (!j->lost[0])
+		snprintf(j->lost, sizeof(j->lost), "the PMIx server's library crashed in its progress thread");
+	begin_stop(j, SIGTERM);
+}
+
 static bool on_fence(void *ctx, struct pmix_srv_fence *f)
 {
 	struct job *j = ctx;
@@ -403,7 +413,8 @@ static bool streams_open(const struct job *j)
 static void monitor(struct job *j)
 {
 	const struct pmix_srv_sink sink = {.abort = on_abort, .fence = on_fence, .dmodex = on_dmodex,
-		.dmodex_local = on_dmodex_local, .notify = on_notify, .refuse = on_refuse, .ctx = j};
+		.dmodex_local = on_dmodex_local, .notify = on_notify, .refuse = on_refuse, .crashed = on_pmix_crashed,
+		.ctx = j};
 	size_t cap = 2 + 2 * (size_t)j->n + XNODE_MAX_FDS;
 	struct pollfd *pfd = calloc(cap, sizeof(*pfd));
 	struct logs_stream **map = calloc(cap, sizeof(*map));

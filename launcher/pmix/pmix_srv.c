@@ -1,5 +1,6 @@
 /* The launcher's PMIx server (see pmix_srv.h). */
 #include "pmix/pmix_srv.h"
+#include "pmix/crash_guard.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,7 +17,8 @@
 
 enum ev_type {
 	EV_OPDONE, EV_FENCE, EV_CONNECTED, EV_FINALIZED, EV_ABORT, EV_DMODEX, EV_DMODEX_LOCAL,
-	EV_NOTE, EV_QUERY, EV_NOTIFY /* data: the packed event */, EV_SPAWN
+	EV_NOTE, EV_QUERY, EV_NOTIFY /* data: the packed event */, EV_SPAWN,
+	EV_CRASHED /* the library crashed (crash_guard.h): crash_ev */
 };
 
 /* One upcall, captured on the PMIx thread, completed on the main thread. */
@@ -60,6 +62,8 @@ static void release_data(void *cbdata);
 /* The PMIx module has no context pointer: the write end of the event pipe is
  * the one piece of state the upcalls need. */
 static int ev_write_fd = -1;
+/* posted by crash_guard's handler: static, never freed */
+static struct srv_event crash_ev = {.type = EV_CRASHED};
 
 static void post(struct srv_event *ev)
 {
@@ -188,7 +192,7 @@ void pmix_srv_dmodex_complete(struct pmix_srv_dmodex *d, bool found, const void 
 	char *copy = NULL;
 	if (found && len && (copy = malloc(len)))
 		memcpy(copy, data, len);
-	if (d->ev.modexcb) {
+	if (d->ev.modexcb && !crash_guard_tripped()) {
 		if (found && (copy || !len))
 			d->ev.modexcb(PMIX_SUCCESS, copy, copy ? len : 0, d->ev.cbdata, release_data, copy);
 		else {
@@ -554,7 +558,7 @@ static void fence_finish(struct pmix_srv_fence *f, pmix_status_t status, const v
 		else
 			ok = false;
 	}
-	if (f->ev.modexcb) {
+	if (f->ev.modexcb && !crash_guard_tripped()) {
 		if (ok)
 			f->ev.modexcb(PMIX_SUCCESS, copy, copy ? len : 0, f->ev.cbdata, release_data, copy);
 		else
@@ -722,6 +726,22 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 {
 	int done = 0;
 	long li;
+	if (ev->type == EV_CRASHED) {
+		if (sink && sink->crashed)
+			sink->crashed(sink->ctx);
+		return 0;
+	}
+	if (crash_guard_tripped()) {
+		/* nothing goes back into a library that crashed: the
+		 * callbacks would run its code (and may wait on its locks) */
+		if (ev->type == EV_OPDONE) {
+			*st = PMIX_ERR_LOST_CONNECTION;
+			done = 1;
+		}
+		if (ev->type == EV_DMODEX_LOCAL)
+			free(ev->token);
+		goto release;
+	}
 	switch (ev->type) {
 	case EV_OPDONE:
 		*st = ev->status;
@@ -809,7 +829,10 @@ static int complete(struct pmix_srv *s, struct srv_event *ev, const struct pmix_
 		if (sink && sink->abort && local_index(s, &ev->proc) >= 0)
 			sink->abort(sink->ctx, ev->proc.rank, ev->abort_status, ev->msg);
 		break;
+	case EV_CRASHED: /* handled above */
+		break;
 	}
+release:
 	free(ev->msg);
 	free(ev->data);
 	free(ev->procs);
@@ -878,6 +901,8 @@ static int wait_ops_tagged(struct pmix_srv *s, unsigned count, void *tag, bool s
 		drain_stash(s, NULL);
 	while (count) {
 		struct srv_event *ev;
+		if (crash_guard_tripped())
+			return dptp_err_set(err, -EIO, "pmix %s: the PMIx library crashed", what);
 		ssize_t n = read(s->evpipe[0], &ev, sizeof(ev));
 		if (n == (ssize_t)sizeof(ev)) {
 			pmix_status_t st = PMIX_SUCCESS;
@@ -1091,6 +1116,9 @@ int pmix_srv_init(struct pmix_srv *s, void (*made_dir)(void *ctx, const char *di
 		return dptp_err_set(err, -EIO, "PMIx_server_init failed: %s", PMIx_Error_string(rc));
 	}
 	s->up = true;
+	/* where the library lacks executable segments we can find, its
+	 * crashes are not contained (crash_guard.h): no reason to refuse */
+	(void)crash_guard_install(s->evpipe[1], &crash_ev);
 	return 0;
 }
 
@@ -1408,8 +1436,10 @@ void pmix_srv_deregister_job(struct pmix_srv *s)
 	if (!s->up || !s->nspace_registered)
 		return;
 	/* also deregisters the nspace's clients */
-	PMIx_server_deregister_nspace(s->nspace, opdone, NULL);
-	wait_ops(s, 1, 10.0, "nspace deregistration", &err);
+	if (!crash_guard_tripped()) {
+		PMIx_server_deregister_nspace(s->nspace, opdone, NULL);
+		wait_ops(s, 1, 10.0, "nspace deregistration", &err);
+	}
 	s->nspace_registered = false;
 	free(s->procs);
 	s->procs = NULL;
@@ -1436,7 +1466,7 @@ void pmix_srv_release_client(struct pmix_srv *s, unsigned rank)
 	struct pmix_srv_proc *p = proc_of(s, rank);
 	pmix_proc_t proc;
 	int top;
-	if (!s->up || !s->nspace_registered || !p || p->released)
+	if (!s->up || !s->nspace_registered || !p || p->released || crash_guard_tripped())
 		return;
 	if (!s->release_gen)
 		s->release_gen = 1;
@@ -1464,7 +1494,7 @@ int pmix_srv_wait_released(struct pmix_srv *s, double timeout, struct dptp_err *
 static void release_clients(struct pmix_srv *s)
 {
 	struct dptp_err err = {0};
-	if (!s->up || !s->nspace_registered)
+	if (!s->up || !s->nspace_registered || crash_guard_tripped())
 		return;
 	/* a client killed mid-job may not have been noticed yet by the
 	 * progress thread; deregistering it there, after whatever it still
@@ -1522,10 +1552,15 @@ void pmix_srv_finalize(struct pmix_srv *s)
 		return;
 	if (s->up) {
 		struct srv_event *ev;
-		PMIx_server_finalize();
+		if (!crash_guard_tripped()) {
+			crash_guard_remove();
+			PMIx_server_finalize();
+		}
 		s->up = false;
 		/* upcalls that raced the shutdown: free them, their library is gone */
 		while ((ev = stash_pop(s)) || read(s->evpipe[0], &ev, sizeof(ev)) == (ssize_t)sizeof(ev)) {
+			if (ev == &crash_ev)
+				continue;
 			free(ev->msg);
 			free(ev->data);
 			free(ev->procs);

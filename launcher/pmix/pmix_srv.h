@@ -93,6 +93,9 @@ struct pmix_srv_sink {
 	/* A local rank asked for what dptp-run refuses and its job cannot
 	 * survive (PMIx_Spawn): msg says what (logged already). */
 	void (*refuse)(void *ctx, unsigned rank, const char *msg);
+	/* The library crashed in its own thread and was contained
+	 * (crash_guard.h): nothing of it may be called any more. */
+	void (*crashed)(void *ctx);
 	void *ctx;
 };
 
