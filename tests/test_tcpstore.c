@@ -1596,6 +1596,73 @@ static void test_server_step_mode(void **state)
 	dptp_tcpstore_client_destroy(NULL);
 }
 
+/* The descriptors every epoll set of this process holds (/proc/self/fdinfo
+ * of each anon_inode:[eventpoll] lists one "tfd:" line per descriptor). */
+static int epoll_registrations(void)
+{
+	int n = 0;
+	for (int fd = 0; fd < 1024; fd++) {
+		char path[64], target[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		ssize_t k = readlink(path, target, sizeof(target) - 1);
+		if (k < 0)
+			continue;
+		target[k] = '\0';
+		if (strcmp(target, "anon_inode:[eventpoll]") != 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+		FILE *f = fopen(path, "r");
+		assert_non_null(f);
+		char line[256];
+		while (fgets(line, sizeof(line), f))
+			n += strncmp(line, "tfd:", 4) == 0;
+		fclose(f);
+	}
+	return n;
+}
+
+/* A connection that ends while a child (a worker between its vfork and
+ * exec) still holds the server's descriptor of it: close() alone left it
+ * in the epoll set, which went on reporting the freed connection (ASan: a
+ * use after free in dptp_tcpstore_server_step, and the store's host of
+ * launcher-c10d-setup_error aborted). */
+static void test_server_conn_held_by_child(void **state)
+{
+	struct dptp_tcpstore_server_opts o = {.host = "127.0.0.1"};
+	struct dptp_tcpstore_server *s = NULL;
+	struct dptp_err err = {0};
+	assert_int_equal(dptp_tcpstore_server_create(&o, &s, &err), 0);
+	assert_int_equal(dptp_tcpstore_server_step(s, 0, &err), 0);
+	int base = epoll_registrations();
+	int fd = connect_local(dptp_tcpstore_server_port(s));
+	for (int i = 0; i < 50 && dptp_tcpstore_server_nclients(s) == 0; i++)
+		assert_int_equal(dptp_tcpstore_server_step(s, 20, &err), 0);
+	assert_int_equal(dptp_tcpstore_server_nclients(s), 1);
+	assert_int_equal(epoll_registrations(), base + 1);
+	int hold[2];
+	assert_int_equal(pipe(hold), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) { /* holds the server's descriptors until the pipe closes */
+		char c;
+		close(fd);
+		close(hold[1]);
+		_exit(read(hold[0], &c, 1) < 0);
+	}
+	close(hold[0]);
+	close(fd);
+	for (int i = 0; i < 50 && dptp_tcpstore_server_nclients(s) == 1; i++)
+		assert_int_equal(dptp_tcpstore_server_step(s, 20, &err), 0);
+	assert_int_equal(dptp_tcpstore_server_nclients(s), 0);
+	assert_int_equal(epoll_registrations(), base);
+	for (int i = 0; i < 3; i++) /* nothing is reported for it */
+		assert_int_equal(dptp_tcpstore_server_step(s, 0, &err), 0);
+	close(hold[1]);
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	dptp_tcpstore_server_destroy(s);
+}
+
 static bool have_ipv6(void)
 {
 	int fd = socket(AF_INET6, SOCK_STREAM, 0);
@@ -2034,6 +2101,7 @@ int main(void)
 		cmocka_unit_test(test_disconnect_drops_wait),
 		cmocka_unit_test(test_hostile_frames),
 		cmocka_unit_test(test_server_step_mode),
+		cmocka_unit_test(test_server_conn_held_by_child),
 		cmocka_unit_test(test_bind_addresses),
 		cmocka_unit_test(test_connect_retry_and_timeout),
 		cmocka_unit_test(test_client_limits),

@@ -488,8 +488,15 @@ static void conn_free(struct dptp_tcpstore_server *s, struct conn *c)
 	waiter_unlink(s, c);
 	unwatch(s, c);
 	buf_release(s, c, c->incap + c->outcap + conn_cost(s, c->peer)); /* may forget the peer */
-	if (c->fd >= 0)
+	/* out of the epoll set before close(): close() takes it out only
+	 * when no other descriptor shares the open file, and a child between
+	 * its (v)fork and exec still holds one (a worker's spawn): epoll
+	 * went on reporting the freed conn (ASan: a use after free in
+	 * dptp_tcpstore_server_step) */
+	if (c->fd >= 0) {
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 		close(c->fd);
+	}
 	free(c->in);
 	free(c->out);
 	free(c);
@@ -1596,7 +1603,7 @@ static void free_dead(struct dptp_tcpstore_server *s)
 		struct conn *last = s->conns[--s->nconns];
 		s->conns[c->idx] = last;
 		last->idx = c->idx;
-		conn_free(s, c); /* its close() takes it out of the epoll set */
+		conn_free(s, c);
 	}
 }
 

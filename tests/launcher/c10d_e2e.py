@@ -47,7 +47,15 @@ def finish(ps, timeout=90):
         except subprocess.TimeoutExpired:
             for q in ps:
                 q.kill()
-            fail("the job did not finish within %d s" % timeout)
+            # what each node said: which one hung, and where
+            errs = [e for _, _, e in res]
+            for q in ps[len(res):]:
+                try:
+                    errs.append(q.communicate(timeout=10)[1])
+                except subprocess.TimeoutExpired:
+                    errs.append("(its output still open 10 s after SIGKILL)")
+            tails = ["node %d: rc %s: %s" % (k, q.returncode, e[-1500:]) for k, (q, e) in enumerate(zip(ps, errs))]
+            fail("the job did not finish within %d s\n%s" % (timeout, "\n".join(tails)))
         res.append((p.returncode, out, err))
     return res
 
