@@ -369,8 +369,11 @@ def case_scale():
         # round), the combiner, rank 0 (it folds the heartbeats), the node
         # that closes; a few more where a node falls back to torch's join
         check(readers <= 8, "the state went to %d of the %d nodes behind the proxy (at most 8)" % (readers, n - 1))
-        check(proxy.peak <= 4 * (n - 1), "%d nodes held %d connections to the store at once (at most 4 each: %d)" % (
-            n - 1, proxy.peak, 4 * (n - 1)))
+        # (+ 8: a node's finished exchange connection that the proxy has not
+        # yet seen closed while the node's next one opens; seen once at 510
+        # of 508 under ASan. A fifth connection per node would be +127.)
+        check(proxy.peak <= 4 * (n - 1) + 8, "%d nodes held %d connections to the store at once (at most 4 each "
+              "and 8 closing: %d)" % (n - 1, proxy.peak, 4 * (n - 1) + 8))
         check(writes <= n // 4, "%d nodes wrote the rendezvous state %d times (at most %d)" % (n - 1, writes, n // 4))
     finally:
         for log in logs:
