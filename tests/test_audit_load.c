@@ -319,8 +319,6 @@ static void test_calls_diverge_late(void **state)
 static void test_calls_rlimit(void **state)
 {
 	(void)state;
-	if (arec_sanitized())
-		skip();
 	for (int r = 0; r < 2; r++) {
 		FILE *f = calls_file(r);
 		for (int i = 0; i < 80000; i++)
@@ -348,5 +346,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_calls_diverge_late, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_calls_rlimit, arec_setup, arec_teardown),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	/* the last test limits the process's data size, which a sanitizer's
+	 * shadow memory takes: left out there (meson counts cmocka's
+	 * "not ok # SKIP" as a failure) */
+	size_t n = sizeof(tests) / sizeof(tests[0]) - (arec_sanitized() ? 1 : 0);
+	return _cmocka_run_group_tests("tests", tests, n, NULL, NULL);
 }
