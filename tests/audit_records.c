@@ -149,6 +149,11 @@ bool arec_sanitized(void)
 	return false;
 }
 
+int arec_run(const struct CMUnitTest *tests, size_t n, size_t limited)
+{
+	return _cmocka_run_group_tests("tests", tests, n - (arec_sanitized() ? limited : 0), NULL, NULL);
+}
+
 void arec_analyze_limited(int mib, size_t nf, size_t ngaps)
 {
 	pid_t pid = fork();

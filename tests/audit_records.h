@@ -36,5 +36,10 @@ bool arec_sanitized(void);
 /* analyses the folder in a child under a data limit of mib MiB; asserts it
  * gave one world with nf findings and ngaps gaps there */
 void arec_analyze_limited(int mib, size_t nf, size_t ngaps);
+/* runs the group of n tests; its last `limited` ones (those under a data
+ * limit) are left out of a sanitizer's build, whose shadow memory takes the
+ * limit (meson counts cmocka's "not ok N # SKIP" as a failure) */
+struct CMUnitTest;
+int arec_run(const struct CMUnitTest *tests, size_t n, size_t limited);
 
 #endif

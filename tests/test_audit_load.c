@@ -346,9 +346,5 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_calls_diverge_late, arec_setup, arec_teardown),
 		cmocka_unit_test_setup_teardown(test_calls_rlimit, arec_setup, arec_teardown),
 	};
-	/* the last test limits the process's data size, which a sanitizer's
-	 * shadow memory takes: left out there (meson counts cmocka's
-	 * "not ok # SKIP" as a failure) */
-	size_t n = sizeof(tests) / sizeof(tests[0]) - (arec_sanitized() ? 1 : 0);
-	return _cmocka_run_group_tests("tests", tests, n, NULL, NULL);
+	return arec_run(tests, sizeof(tests) / sizeof(tests[0]), 1); /* the last under a data limit */
 }
