@@ -7,13 +7,18 @@ exit. Prints N -> seconds for dptp-run and, where torchrun is installed (or
 
 usage: bench/c10d_scale.py [--build build] [--sizes 64,128,256]
                            [--torchrun PATH|none] [--timeout 300]
-                           [--mixed 128] [--nproc 128] [--stats] [--join-times]
+                           [--mixed 128] [--nproc 128] [--static 1024]
+                           [--stats] [--join-times]
                            [--json FILE]
 
 --mixed N: next to the all-dptp-run round of N, a round of N-1 dptp-run
   agents (the first hosts the store) and one torchrun agent, and one where
   a torchrun agent hosts the store for N-1 dptp-run agents;
-  --mixed-torchrun-heavy adds one dptp-run host with N-1 torchrun agents.
+  --mixed-torchrun-heavy adds one dptp-run host with N-1 torchrun agents,
+  and the all-torchrun round it compares with.
+--static N,M: static rounds of N nodes (`--node-rank k --master-addr
+  127.0.0.1`, node 0's store), dptp-run and, at the sizes of
+  --torchrun-sizes, torchrun.
 --nproc N: one agent of N workers (`--nproc-per-node N --no-python
   /bin/true`, static, one node), dptp-run and torchrun.
 --stats: DPTP_RDZV_STATS=1 / DPTP_STORE_STATS=1: every dptp-run agent's
@@ -63,12 +68,18 @@ def raise_nofile():
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def agent_cmd(kind, exe, n, port, run_id, host):
-    conf = "join_timeout=900,is_host=%d" % (1 if host else 0)
+def agent_cmd(kind, exe, n, port, run_id, idx, static=False):
     # underscores: torchrun 1.13 knows no other spelling (2.x both)
-    args = ["--nnodes=%d" % n, "--nproc_per_node=1", "--rdzv_backend=c10d",
-            "--rdzv_endpoint=127.0.0.1:%d" % port, "--rdzv_id=" + run_id, "--rdzv_conf=" + conf,
-            "--max_restarts=0", "--no_python", "/bin/true"]
+    if static:
+        # torchrun's static rendezvous: node idx of n through node 0's store
+        args = ["--nnodes=%d" % n, "--node_rank=%d" % idx, "--nproc_per_node=1",
+                "--master_addr=127.0.0.1", "--master_port=%d" % port,
+                "--max_restarts=0", "--no_python", "/bin/true"]
+    else:
+        conf = "join_timeout=900,is_host=%d" % (1 if idx == 0 else 0)
+        args = ["--nnodes=%d" % n, "--nproc_per_node=1", "--rdzv_backend=c10d",
+                "--rdzv_endpoint=127.0.0.1:%d" % port, "--rdzv_id=" + run_id, "--rdzv_conf=" + conf,
+                "--max_restarts=0", "--no_python", "/bin/true"]
     if kind == "torchrun":
         args.insert(0, "--monitor_interval=0.1")
     return [exe] + args
@@ -99,8 +110,9 @@ def scan_joins(paths, offs, seen, now):
                 seen[k][i] = now
 
 
-def run_round(kinds, exes, timeout, stats, tmp, join_times=False):
-    """kinds: one entry per agent ('dptp' or 'torchrun'); agent 0 hosts."""
+def run_round(kinds, exes, timeout, stats, tmp, join_times=False, static=False):
+    """kinds: one entry per agent ('dptp' or 'torchrun'); agent 0 hosts.
+    static: --node-rank rounds through node 0's store instead of c10d."""
     n = len(kinds)
     port = free_port()
     run_id = "bench%d" % port
@@ -120,7 +132,7 @@ def run_round(kinds, exes, timeout, stats, tmp, join_times=False):
         paths.append(os.path.join(tmp, "a%d.log" % i))
         log = open(paths[-1], "w+")
         logs.append(log)
-        procs.append(subprocess.Popen(agent_cmd(k, exes[k], n, port, run_id, i == 0), stdout=log,
+        procs.append(subprocess.Popen(agent_cmd(k, exes[k], n, port, run_id, i, static), stdout=log,
                                       stderr=subprocess.STDOUT, env=env, start_new_session=True))
         if i == 0:
             time.sleep(0.2)  # the host binds the store first
@@ -246,6 +258,8 @@ def main():
     ap.add_argument("--mixed-torchrun-heavy", action="store_true",
                     help="with --mixed: also 1 dptp-run (the host) and N-1 torchrun agents")
     ap.add_argument("--nproc", type=int, default=0)
+    ap.add_argument("--static", default="",
+                    help="sizes of static rounds (--node-rank k, node 0's store), dptp-run and torchrun")
     ap.add_argument("--stats", action="store_true")
     ap.add_argument("--join-times", action="store_true")
     ap.add_argument("--json", default=None)
@@ -259,7 +273,8 @@ def main():
     nofile = raise_nofile()
     sizes = [int(x) for x in a.sizes.split(",") if x]
     tsizes = [int(x) for x in (a.torchrun_sizes or a.sizes).split(",") if x]
-    res = {"host_cores": os.cpu_count(), "nofile": nofile, "dptp_run": [], "torchrun": [], "mixed": [], "nproc": []}
+    res = {"host_cores": os.cpu_count(), "nofile": nofile, "dptp_run": [], "torchrun": [], "mixed": [], "nproc": [],
+           "static": []}
     tmp = a.logs or tempfile.mkdtemp(prefix="c10d_scale.")
     os.makedirs(tmp, exist_ok=True)
     try:
@@ -289,6 +304,7 @@ def main():
                       ("torchrun host + %d dptp-run" % (n - 1), ["torchrun"] + ["dptp"] * (n - 1))]
             if a.mixed_torchrun_heavy:
                 rounds.append(("dptp-run host + %d torchrun" % (n - 1), ["dptp"] + ["torchrun"] * (n - 1)))
+                rounds.append(("all torchrun", ["torchrun"] * n))
             for name, kinds in rounds:
                 r = run_round(kinds, exes, a.timeout, False, tmp, a.join_times)
                 r["name"] = name
@@ -296,6 +312,19 @@ def main():
                 print("mixed %-32s %8.2f s%s%s" % (name, r["seconds"],
                                                     " FAIL" if r["failed_agents"] or r["timed_out"] else "",
                                                     joins(r)), flush=True)
+        for n in [int(x) for x in a.static.split(",") if x]:
+            for k in ("dptp", "torchrun"):
+                if not exes[k] or (k == "torchrun" and n not in tsizes):
+                    continue
+                r = run_round([k] * n, exes, a.timeout, a.stats and k == "dptp", tmp, a.join_times, static=True)
+                r["launcher"] = k
+                res["static"].append(r)
+                print("static %5d nodes  %-8s %8.2f s%s%s" % (n, k, r["seconds"],
+                                                         " FAIL" if r["failed_agents"] or r["timed_out"] else "",
+                                                         " hb=%d" % r["heartbeat_lines"] if r["heartbeat_lines"] else ""),
+                      flush=True)
+                if a.stats and k == "dptp":
+                    print("        per agent: " + json.dumps(r.get("per_agent", {})), flush=True)
         if a.nproc:
             for k in ("dptp", "torchrun"):
                 if not exes[k]:
