@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1663,6 +1664,104 @@ static void test_server_conn_held_by_child(void **state)
 	dptp_tcpstore_server_destroy(s);
 }
 
+/* The store shares its process with an agent: at its peak it must leave
+ * that agent descriptors for its own files (4096 nodes took 19,938 of
+ * 20,000). A child runs the server under RLIMIT_NOFILE 256 while another
+ * process opens 300 connections to it: the server accepts up to the limit
+ * less its reserve (32 + 256/32), the process can still open files, and
+ * the held-back connections are accepted once others close. Exit codes
+ * name the step that failed. */
+static int fds_scenario(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_max < 512)
+		return 0; /* the client's 300 need a hard limit above them */
+	struct rlimit low = {.rlim_cur = 256, .rlim_max = rl.rlim_max};
+	if (setrlimit(RLIMIT_NOFILE, &low) < 0)
+		return 10;
+	struct dptp_tcpstore_server_opts o = {.host = "127.0.0.1"};
+	struct dptp_tcpstore_server *s = NULL;
+	struct dptp_err err = {0};
+	if (dptp_tcpstore_server_create(&o, &s, &err) < 0 || dptp_tcpstore_server_start(s, &err) < 0)
+		return 11;
+	uint16_t port = dptp_tcpstore_server_port(s);
+	int go[2], done[2];
+	if (pipe(go) < 0 || pipe(done) < 0)
+		return 12;
+	pid_t pid = fork();
+	if (pid < 0)
+		return 13;
+	if (pid == 0) { /* 300 connections; closes 120 of them on the first byte, the rest on EOF */
+		char c;
+		int fds[300];
+		setrlimit(RLIMIT_NOFILE, &rl);
+		close(go[0]);
+		close(done[1]);
+		for (int i = 0; i < 300; i++) {
+			fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+						.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+			if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof(a)) < 0)
+				_exit(2);
+		}
+		if (write(go[1], "c", 1) != 1 || read(done[0], &c, 1) != 1)
+			_exit(3);
+		for (int i = 0; i < 120; i++)
+			close(fds[i]);
+		_exit(read(done[0], &c, 1) < 0 ? 4 : 0);
+	}
+	close(go[1]);
+	close(done[0]);
+	char c;
+	if (read(go[0], &c, 1) != 1)
+		return 14;
+	size_t cap = 256 - (32 + 256 / 32), n = 0;
+	for (int i = 0; i < 150; i++) { /* until the count stands still for 0.3 s */
+		size_t was = n;
+		sleep_ms(20);
+		n = dptp_tcpstore_server_nclients(s);
+		if (n >= cap && n == was && i > 15)
+			break;
+	}
+	int rc = 0;
+	int files[16];
+	for (int i = 0; i < 16; i++)
+		if ((files[i] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+			rc = rc ? rc : 15; /* the store took the process's last descriptors */
+	for (int i = 0; i < 16; i++)
+		if (files[i] >= 0)
+			close(files[i]);
+	if (!rc && (n < cap - 4 || n > cap))
+		rc = 16;
+	if (!rc && write(done[1], "c", 1) != 1)
+		rc = 17;
+	for (int i = 0; !rc && i < 250 && dptp_tcpstore_server_nclients(s) != 180; i++)
+		sleep_ms(20);
+	if (!rc && dptp_tcpstore_server_nclients(s) != 180)
+		rc = 18; /* the 60 held back were not accepted once 120 closed */
+	close(done[1]);
+	int st = 0;
+	waitpid(pid, &st, 0);
+	dptp_tcpstore_server_destroy(s);
+	if (!rc && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+		rc = 19;
+	return rc;
+}
+
+static void test_server_keeps_fds(void **state)
+{
+	(void)state;
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(fds_scenario());
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st))
+		fail_msg("the descriptor scenario failed at step %d", WEXITSTATUS(st));
+}
+
 static bool have_ipv6(void)
 {
 	int fd = socket(AF_INET6, SOCK_STREAM, 0);
@@ -2102,6 +2201,7 @@ int main(void)
 		cmocka_unit_test(test_hostile_frames),
 		cmocka_unit_test(test_server_step_mode),
 		cmocka_unit_test(test_server_conn_held_by_child),
+		cmocka_unit_test(test_server_keeps_fds),
 		cmocka_unit_test(test_bind_addresses),
 		cmocka_unit_test(test_connect_retry_and_timeout),
 		cmocka_unit_test(test_client_limits),

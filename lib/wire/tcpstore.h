@@ -388,9 +388,10 @@ size_t dptp_tcpstore_server_nrejected(const struct dptp_tcpstore_server *s);
 /* Bytes counted against the budget (max_total_bytes) now. */
 size_t dptp_tcpstore_server_used(const struct dptp_tcpstore_server *s);
 /* The server's counters as one line ("port=.. steps=.. accepted=..
- * peak_conns=.. cas_missed=.. get=N get_in=B get_out=B ..."): operations,
- * request and reply bytes per opcode. Call it on a stopped server (or
- * from the thread that steps it). */
+ * peak_conns=.. cas_missed=.. fd_pauses=.. get=N get_in=B get_out=B ..."):
+ * operations, request and reply bytes per opcode; fd_pauses: the times it
+ * held its accepts back to keep descriptors for the rest of the process.
+ * Call it on a stopped server (or from the thread that steps it). */
 void dptp_tcpstore_server_stats(const struct dptp_tcpstore_server *s, char *line, size_t len);
 
 #endif

@@ -277,6 +277,7 @@ struct dptp_tcpstore_server {
 		op_out[DPTP_TCPSTORE_WATCH_KEY + 1];
 	uint64_t cas_missed, steps, accepted;
 	size_t peak_conns;
+	unsigned long long fd_pauses; /* accepts held back by fds_short() */
 };
 
 /* What a peer other than this host's own user may hold: an eighth of the
@@ -1482,11 +1483,32 @@ static struct peer *peer_of(struct dptp_tcpstore_server *s, int fd, const struct
 	return p;
 }
 
+/* The connections this process's other work keeps room for: the store
+ * shares its process with an agent (node 0's dptp-run: its logs, workers,
+ * PMIx server), whose open() must not meet EMFILE because the store took
+ * the last descriptors (4096 nodes on the H100 box: 19,938 connections at
+ * the peak under a limit of 20,000). Past it the store accepts no more for
+ * a while: the kernel holds the next ones in the listen backlog, as when
+ * accept(2) itself says EMFILE, until some close. */
+static bool fds_short(const struct dptp_tcpstore_server *s)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return false;
+	rlim_t keep = 32 + rl.rlim_cur / 32;
+	return (rlim_t)s->nconns + keep >= rl.rlim_cur;
+}
+
 static void do_accept(struct dptp_tcpstore_server *s)
 {
 	if (dptp_now() < s->accept_pause_until)
 		return;
 	for (int i = 0; i < ACCEPTS_PER_STEP; i++) {
+		if (fds_short(s)) {
+			s->accept_pause_until = dptp_now() + 0.05;
+			s->fd_pauses++;
+			return;
+		}
 		struct sockaddr_storage ps;
 		socklen_t pl = sizeof(ps);
 		int fd = accept4(s->lfd, (struct sockaddr *)&ps, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -1555,9 +1577,9 @@ static const char *const op_names[DPTP_TCPSTORE_WATCH_KEY + 1] = {
 
 void dptp_tcpstore_server_stats(const struct dptp_tcpstore_server *s, char *line, size_t len)
 {
-	int k = snprintf(line, len, "port=%u steps=%llu accepted=%llu peak_conns=%zu cas_missed=%llu", (unsigned)s->port,
-		(unsigned long long)s->steps, (unsigned long long)s->accepted, s->peak_conns,
-		(unsigned long long)s->cas_missed);
+	int k = snprintf(line, len, "port=%u steps=%llu accepted=%llu peak_conns=%zu cas_missed=%llu fd_pauses=%llu",
+		(unsigned)s->port, (unsigned long long)s->steps, (unsigned long long)s->accepted, s->peak_conns,
+		(unsigned long long)s->cas_missed, s->fd_pauses);
 	for (size_t i = 0; i < DPTP_ARRAY_LEN(op_names) && k > 0 && (size_t)k < len; i++)
 		if (s->op_n[i] && op_names[i])
 			k += snprintf(line + k, len - (size_t)k, " %s=%llu %s_in=%llu %s_out=%llu", op_names[i],
