@@ -80,6 +80,9 @@ int rdzv_common_fd_budget(unsigned nodes, unsigned per_node, struct dptp_err *er
 	 * (the peak measured 4.4-4.9 per node at 4096 and 1024 nodes of
 	 * /bin/true, where nodes' exchanges at worker start and end overlap) */
 	rlim_t room = need + need / 4;
+	/* and what the store keeps for the rest of this process past its
+	 * connections (32 + the limit / 32: tcpstore_server.c fds_short) */
+	room += 32 + room / 31;
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= room)
 		return 0;
