@@ -19,7 +19,7 @@ usage: bench/c10d_scale.py [--build build] [--sizes 64,128,256]
 --static N,M: static rounds of N nodes (`--node-rank k --master-addr
   127.0.0.1`, node 0's store), dptp-run and, at the sizes of
   --torchrun-sizes, torchrun.
---nproc N: one agent of N workers (`--nproc-per-node N --no-python
+--nproc N,M: one agent of N workers (`--nproc-per-node N --no-python
   /bin/true`, static, one node), dptp-run and torchrun.
 --stats: DPTP_RDZV_STATS=1 / DPTP_STORE_STATS=1: every dptp-run agent's
   store traffic and compare-set conflicts, the store host's operations per
@@ -257,7 +257,7 @@ def main():
     ap.add_argument("--mixed", type=int, default=0)
     ap.add_argument("--mixed-torchrun-heavy", action="store_true",
                     help="with --mixed: also 1 dptp-run (the host) and N-1 torchrun agents")
-    ap.add_argument("--nproc", type=int, default=0)
+    ap.add_argument("--nproc", default="", help="sizes: one agent of N workers, dptp-run and torchrun")
     ap.add_argument("--static", default="",
                     help="sizes of static rounds (--node-rank k, node 0's store), dptp-run and torchrun")
     ap.add_argument("--stats", action="store_true")
@@ -325,14 +325,14 @@ def main():
                       flush=True)
                 if a.stats and k == "dptp":
                     print("        per agent: " + json.dumps(r.get("per_agent", {})), flush=True)
-        if a.nproc:
+        for npr in [int(x) for x in a.nproc.split(",") if x]:
             for k in ("dptp", "torchrun"):
                 if not exes[k]:
                     continue
-                r = run_nproc(k, exes[k], a.nproc, a.timeout)
+                r = run_nproc(k, exes[k], npr, a.timeout)
                 r["launcher"] = k
                 res["nproc"].append(r)
-                print("--nproc-per-node %d /bin/true  %-8s %6.2f s rc=%s" % (a.nproc, k, r["seconds"], r["rc"]), flush=True)
+                print("--nproc-per-node %d /bin/true  %-8s %6.2f s rc=%s" % (npr, k, r["seconds"], r["rc"]), flush=True)
     finally:
         if not a.logs:
             shutil.rmtree(tmp, ignore_errors=True)
