@@ -3,10 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <dirent.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/prctl.h>
@@ -26,6 +28,13 @@ struct rec {
 enum { GUARD_MAX = 4096, GUARD_PATH = 1024, GUARD_DIRS = 2 };
 /* how long the guard waits for the killed groups to go: 300 x 10 ms */
 enum { GUARD_WAIT_STEPS = 300, GUARD_WAIT_STEP_NS = 10000000 };
+/* How long the launcher waits on the guard: for room in its pipe, and for
+ * its exit after 'q'. The guard reads each record as it comes and, on 'q',
+ * exits at once (one read, then _exit: nothing to clean, the launcher ends
+ * its job itself); 2 s is a hundred times what a runnable process waits
+ * for a CPU on a loaded 2-core machine. Past it the guard is stopped
+ * (SIGSTOP) or stuck, and waiting on would hold the launcher with it. */
+enum { GUARD_BOUND_MS = 2000, GUARD_POLL_NS = 10000000 };
 
 struct linux_dirent64 {
 	uint64_t d_ino;
@@ -197,6 +206,13 @@ int guard_start(struct guard *g)
 	g->fd = -1;
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
+	/* the launcher's end only: a write never waits on the guard unbounded */
+	if (fcntl(p[1], F_SETFL, O_NONBLOCK) < 0) {
+		int e = errno;
+		close(p[0]);
+		close(p[1]);
+		return -e;
+	}
 	pid_t pid = fork();
 	if (pid < 0) {
 		int e = errno;
@@ -212,13 +228,96 @@ int guard_start(struct guard *g)
 	return 0;
 }
 
-static void send_rec(const struct guard *g, int op, pid_t pgid)
+static long now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* One write of at most PIPE_BUF bytes on the non-blocking pipe: all of it
+ * or nothing, so records never interleave. A guard that reads nothing
+ * (stopped) fills the pipe: room is waited for GUARD_BOUND_MS at most.
+ * System calls only (the vfork child writes its watch with it). 0, or
+ * -errno: -EAGAIN when the pipe stayed full, -EPIPE when the guard is gone. */
+static int put(int fd, const void *buf, size_t len)
+{
+	long end = -1;
+	for (;;) {
+		ssize_t w = write(fd, buf, len);
+		if (w == (ssize_t)len)
+			return 0;
+		if (w >= 0)
+			return -EIO; /* not for a pipe and len <= PIPE_BUF */
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN)
+			return -errno;
+		long now = now_ms();
+		if (end < 0)
+			end = now + GUARD_BOUND_MS;
+		if (now >= end)
+			return -EAGAIN;
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		poll(&p, 1, (int)(end - now));
+	}
+}
+
+/* Reaps pid within ms: true when it is reaped (or was, by the job's
+ * reaper: ECHILD); false while it still runs, unreaped, so that its pid is
+ * still the guard's. */
+static bool reap_within(pid_t pid, long ms)
+{
+	long end = now_ms() + ms;
+	for (;;) {
+		pid_t r = waitpid(pid, NULL, WNOHANG);
+		if (r == pid || (r < 0 && errno == ECHILD))
+			return true;
+		if (r < 0 && errno != EINTR)
+			return false;
+		if (now_ms() >= end)
+			return false;
+		nanosleep(&(struct timespec){.tv_nsec = GUARD_POLL_NS}, NULL);
+	}
+}
+
+/* The guard is killed (SIGKILL ends a stopped process too) and reaped,
+ * bounded: one stuck in the kernel is left to the job's reaper, or to
+ * init once the launcher exits. It dies before its pipe closes, so it
+ * never acts on an end of file with what it has read so far. Whether it
+ * was killed (false: it had exited). */
+static bool guard_kill(struct guard *g)
+{
+	bool killed = false;
+	if (g->pid > 0 && !reap_within(g->pid, 0)) {
+		killed = kill(g->pid, SIGKILL) == 0;
+		reap_within(g->pid, GUARD_BOUND_MS);
+	}
+	if (g->fd >= 0)
+		close(g->fd);
+	g->fd = -1;
+	g->pid = 0;
+	return killed;
+}
+
+/* A record the launcher could not hand over in GUARD_BOUND_MS: the guard
+ * (stopped) would act on a state it no longer has, so it goes, and the job
+ * runs on unguarded. Its absence costs nothing at a normal end: the
+ * launcher kills each group, sweeps /dev/shm and removes its folders
+ * itself; only a SIGKILLed launcher now leaves its workers' children. */
+static void lost(struct guard *g, int rc)
+{
+	pid_t pid = g->pid;
+	if (rc == -EAGAIN && guard_kill(g)) /* -EPIPE: gone, the job's reaper takes it */
+		fprintf(stderr, "dptp-run: warning: the guard (pid %d) read nothing for %d s; killed it: "
+				"a SIGKILLed launcher now leaves its workers' children\n",
+			(int)pid, GUARD_BOUND_MS / 1000);
+}
+
+static int send_rec(const struct guard *g, int op, pid_t pgid)
 {
 	struct rec r = {.op = op, .pgid = (int32_t)pgid};
-	if (g->fd < 0)
-		return;
-	while (write(g->fd, &r, sizeof(r)) < 0 && errno == EINTR)
-		;
+	return g->fd < 0 ? 0 : put(g->fd, &r, sizeof(r));
 }
 
 void guard_remove_dir(struct guard *g, const char *dir)
@@ -234,29 +333,39 @@ void guard_remove_dir(struct guard *g, const char *dir)
 	m.r.pgid = (int32_t)len;
 	memcpy(m.path, dir, len);
 	/* one write of at most PIPE_BUF bytes: atomic beside the other records */
-	while (write(g->fd, &m, sizeof(m.r) + len) < 0 && errno == EINTR)
-		;
+	lost(g, put(g->fd, &m, sizeof(m.r) + len));
 }
 
 void guard_watch(const struct guard *g, pid_t pgid)
 {
-	send_rec(g, 'w', pgid);
+	/* the vfork child: a watch not written in time is dropped; the
+	 * launcher's next record finds the pipe full and ends the guard */
+	(void)send_rec(g, 'w', pgid);
 }
 
 void guard_forget(struct guard *g, pid_t pgid)
 {
-	send_rec(g, 'f', pgid);
+	lost(g, send_rec(g, 'f', pgid));
 }
 
 void guard_stop(struct guard *g)
 {
 	if (g->fd < 0)
 		return;
-	send_rec(g, 'q', 0);
+	int rc = send_rec(g, 'q', 0);
+	if (rc == -EAGAIN) {
+		lost(g, rc);
+		return;
+	}
 	close(g->fd);
 	g->fd = -1;
-	/* the guard exits at once on 'q'; ECHILD when the job's reaper took it */
-	while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
-		;
+	/* the guard exits at once on 'q' (ECHILD when the job's reaper took
+	 * it). One that has not exited in GUARD_BOUND_MS is stopped: 'q'
+	 * waits in its pipe, so all it would still do is exit, killing and
+	 * removing nothing; the launcher's end does that cleanup itself */
+	pid_t pid = g->pid;
+	if (pid > 0 && !reap_within(pid, GUARD_BOUND_MS) && guard_kill(g))
+		fprintf(stderr, "dptp-run: warning: the guard (pid %d) did not exit within %d s of the job's end; killed it\n",
+			(int)pid, GUARD_BOUND_MS / 1000);
 	g->pid = 0;
 }

@@ -8,7 +8,11 @@
  * launcher's private PMIx tmpdir and /dev/shm folder, and, once the killed
  * groups are gone (3 s at most), every /dev/shm name of a dead job
  * (plane/shm.h: the slots its workers held), so that nothing is left
- * behind. */
+ * behind. The launcher never waits on the guard unbounded: a record that
+ * finds the pipe full for 2 s (a stopped guard reads nothing), or a guard
+ * that has not exited 2 s after guard_stop, is SIGKILLed and reaped, with
+ * one line on stderr (the job goes on unguarded; at its end the launcher
+ * cleans up itself, as it always does). */
 #ifndef DPTP_LAUNCHER_GUARD_H
 #define DPTP_LAUNCHER_GUARD_H
 
@@ -19,10 +23,12 @@ struct guard {
 	int fd;    /* write end, close-on-exec; -1 without a guard */
 };
 
-/* Forks the guard; -errno when it cannot (the job then runs unguarded). */
+/* Forks the guard; -errno when it cannot (the job then runs unguarded).
+ * The launcher's end of the pipe is non-blocking. */
 int guard_start(struct guard *g);
 /* The guard kills process group pgid if the launcher dies before
- * guard_forget(pgid) or guard_stop. One write(2) and nothing else:
+ * guard_forget(pgid) or guard_stop. One write(2) (and poll(2), 2 s at
+ * most, while the pipe is full) and nothing else:
  * the worker's own vfork child calls it on itself before it executes the
  * worker, so that no worker can start a process the guard does not know of
  * (a launcher killed between vfork's return and a watch made there left the
@@ -33,7 +39,9 @@ void guard_forget(struct guard *g, pid_t pgid);
  * tmpdir, its /dev/shm folder); two directories, a third replaces the
  * second. */
 void guard_remove_dir(struct guard *g, const char *dir);
-/* A normal end: the guard exits without killing anything; reaped here. */
+/* A normal end: the guard exits without killing anything; reaped here,
+ * killed first when it has not exited within 2 s (stopped): with 'q' in its
+ * pipe, all it had left to do was exit. */
 void guard_stop(struct guard *g);
 
 #endif

@@ -431,6 +431,110 @@ def case_killed_in_start():
         check(not left, "a launcher SIGKILLed in its PMIx start left %s" % left)
 
 
+def proc_stat(pid):
+    """(comm, state, ppid) of a process, None when there is none."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            st = f.read()
+    except OSError:
+        return None
+    rest = st[st.rindex(")") + 2:].split()
+    return st[st.index("(") + 1:st.rindex(")")], rest[0], int(rest[1])
+
+
+def running(pid):
+    s = proc_stat(pid)
+    return s is not None and s[1] not in "ZX"
+
+
+def guard_of(launcher):
+    """The launcher's worker guard: its child named dptp-run-guard."""
+    for d in os.listdir("/proc"):
+        s = proc_stat(int(d)) if d.isdigit() else None
+        if s and s[0] == "dptp-run-guard" and s[2] == launcher:
+            return int(d)
+    return None
+
+
+def case_guard_stopped():
+    # someone SIGSTOPs the worker guard while the job runs: the job still
+    # ends as it would have (its exit status), dptp-run kills the guard that
+    # does not exit at the job's end, saying so in one line, and leaves no
+    # process and no folder behind. dptp-run used to wait for the stopped
+    # guard without a bound. The failing job restarts once while the guard
+    # is stopped (its records wait in the pipe).
+    for code, args, want in ((0, [], 0), (3, ["--max-restarts=1"], 1)):
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as tmpdir:
+            script = ('echo $$$$ > %s/pid.$LOCAL_RANK; sleep 60 & echo $! > %s/child.$LOCAL_RANK; '
+                      'echo "$OMPI_MCA_btl_vader_backing_directory" > %s/shm.$LOCAL_RANK; '
+                      'while [ ! -e %s/go ]; do sleep 0.02; done; exit %d' % (d, d, d, d, code))
+            p = subprocess.Popen([RUN, "--nproc-per-node=2"] + args + ["--no-python", "sh", "-c", script],
+                                 env=base_env(TMPDIR=tmpdir), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True)
+            guard, pids, err, left = None, set(), "", None
+
+            def written(name):
+                return [x for x in (os.path.join(d, "%s.%d" % (name, r)) for r in range(2))
+                        if os.path.exists(x) and os.path.getsize(x) > 0]
+
+            def note_pids():  # each attempt's workers and their children
+                for x in written("pid") + written("child"):
+                    with open(x) as f:
+                        pids.update(int(v) for v in f.read().split())
+            try:
+                deadline = time.time() + 60
+                while time.time() < deadline and p.poll() is None and not (guard and len(written("shm")) == 2):
+                    guard = guard or guard_of(p.pid)
+                    time.sleep(0.02)
+                check(p.poll() is None and guard and len(written("shm")) == 2,
+                      "the job did not start with a guard (rc %s)" % p.poll())
+                note_pids()
+                with open(os.path.join(d, "shm.0")) as f:
+                    shm = f.read().strip()
+                os.kill(guard, signal.SIGSTOP)
+                deadline = time.time() + 10
+                while time.time() < deadline and (proc_stat(guard) or "??")[1] != "T":
+                    time.sleep(0.01)
+                check((proc_stat(guard) or "??")[1] == "T", "the guard %d did not stop" % guard)
+                made = [x for x in os.listdir(tmpdir) if x.startswith("dptp-run.")]
+                check(len(made) == 1 and shm == "/dev/shm/" + made[0] and os.path.isdir(shm),
+                      "expected one private tmpdir and its /dev/shm folder, found %s and %r" % (made, shm))
+                open(os.path.join(d, "go"), "w").close()
+                try:
+                    _, err = p.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    fail("dptp-run still runs 60 s after its job ended with its guard %d stopped" % guard)
+                note_pids()
+                left = [x for x in sorted(pids) + [guard] if running(x)]
+                left_dirs = [x for x in os.listdir(tmpdir) if x.startswith("dptp-run.")] + (
+                    [shm] if os.path.exists(shm) else [])
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+                note_pids()
+                # not one of the test's own is left either (only when the
+                # test fails: a pid that is gone may be someone else's now);
+                # a guard still stopped cleans up after the killed dptp-run
+                if left is None and guard and running(guard):
+                    os.kill(guard, signal.SIGCONT)
+                    deadline = time.time() + 5
+                    while time.time() < deadline and running(guard):
+                        time.sleep(0.01)
+                for x in [x for x in sorted(pids) + ([guard] if guard else []) if running(x)] if left is None else left:
+                    try:
+                        os.kill(x, signal.SIGKILL)
+                    except OSError:
+                        pass
+            check(p.returncode == want, "rc %d, not %d: %s" % (p.returncode, want, err))
+            line = "dptp-run: warning: the guard (pid %d) did not exit within 2 s of the job's end; killed it" % guard
+            check(err.splitlines().count(line) == 1, "no line %r in: %s" % (line, err))
+            check(code == 0 or "exitcode  : 3" in err, "no failure report: %s" % err)
+            shutil.rmtree(shm, ignore_errors=True)
+            check(not left, "processes left: %s" % left)
+            check(not left_dirs, "folders left: %s" % left_dirs)
+
+
 def case_session():
     # workers run in sessions of their own (torchrun's start_new_session)
     script = 'echo $$$$ $(ps -o sid= -p $$$$)'
