@@ -183,6 +183,13 @@ def run_round(kinds, exes, timeout, stats, tmp, join_times=False, static=False):
             la = max(seen["attempt"].values())
             out["last_attempt_s"] = round(la, 2)
             out["rdzv_s"] = round(max(seen["joined"].values()) - la, 2)
+        # per launcher: when its last agent got to the rendezvous and when
+        # its last agent had joined (which side a mixed round waited for)
+        out["by_kind"] = {}
+        for kind in sorted(set(kinds)):
+            idx = [i for i, k in enumerate(kinds) if k == kind]
+            out["by_kind"][kind] = {k: round(max((v[i] for i in idx if i in v), default=-1), 2)
+                                    for k, v in seen.items()}
         else:
             out["join_lines"] = {k: len(v) for k, v in seen.items()}
     if fails:
@@ -306,12 +313,16 @@ def main():
                 rounds.append(("dptp-run host + %d torchrun" % (n - 1), ["dptp"] + ["torchrun"] * (n - 1)))
                 rounds.append(("all torchrun", ["torchrun"] * n))
             for name, kinds in rounds:
-                r = run_round(kinds, exes, a.timeout, False, tmp, a.join_times)
+                r = run_round(kinds, exes, a.timeout, a.stats, tmp, a.join_times)
                 r["name"] = name
                 res["mixed"].append(r)
                 print("mixed %-32s %8.2f s%s%s" % (name, r["seconds"],
                                                     " FAIL" if r["failed_agents"] or r["timed_out"] else "",
                                                     joins(r)), flush=True)
+                if a.join_times and "by_kind" in r:
+                    print("      by launcher: " + json.dumps(r["by_kind"]), flush=True)
+                if a.stats:
+                    print("      stats: " + json.dumps(r.get("stats", {})), flush=True)
         for n in [int(x) for x in a.static.split(",") if x]:
             for k in ("dptp", "torchrun"):
                 if not exes[k] or (k == "torchrun" and n not in tsizes):
