@@ -1178,7 +1178,7 @@ static int connect_store(struct rendezvous *r, const char *host, unsigned port, 
 {
 	const struct run_opts *o = r->opts;
 	struct dptp_tcpstore_client_opts co = {.host = host, .port = (uint16_t)port, .timeout = o->c10d.read,
-		.abort_fd = &r->abort_fd};
+		.abort_fd = &r->abort_fd, .retry_max = rdzv_common_retry_max(o->max_nodes)};
 	struct dptp_err e = {0};
 	int rc;
 	/* torch's agent and backend share one TCPStore; here two clients (the

@@ -105,6 +105,12 @@ int rdzv_common_fd_budget(unsigned nodes, unsigned per_node, struct dptp_err *er
 		(unsigned long long)(rl.rlim_max == RLIM_INFINITY ? 0 : rl.rlim_max));
 }
 
+double rdzv_common_retry_max(unsigned nodes)
+{
+	double s = 0.05 + 0.0001 * (double)nodes;
+	return s < 1.0 ? s : 1.0;
+}
+
 int rdzv_common_store_up(struct rendezvous *r, struct dptp_err *err)
 {
 	struct dptp_tcpstore_server_opts so = {

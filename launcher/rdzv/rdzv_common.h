@@ -135,6 +135,11 @@ void rdzv_common_json_str(const char *s, char *out, size_t len);
  * with one line naming the limit and the node count where that is not
  * enough. */
 int rdzv_common_fd_budget(unsigned nodes, unsigned per_node, struct dptp_err *err);
+/* The longest wait between a node's attempts to connect to a store that is
+ * not up yet: 0.05 s + 0.1 ms per node, at most a second (as before),
+ * so that the nodes together try about 10,000 times a second at most and a
+ * small round is in within a tenth of a second of the store. */
+double rdzv_common_retry_max(unsigned nodes);
 /* DPTP_STORE_STATS=1: the store's counters (dptp_tcpstore_server_stats),
  * one line on stderr; stops the server first. */
 void rdzv_common_store_stats(struct dptp_tcpstore_server *s);

@@ -73,6 +73,7 @@ static int connect_clients(struct rendezvous *r, struct dptp_err *err)
 	struct dptp_tcpstore_client_opts co = {
 		.host = r->master_addr, .port = (uint16_t)r->master_port,
 		.timeout = o->rdzv_timeout, .add_init = true, .abort_fd = &r->abort_fd,
+		.retry_max = rdzv_common_retry_max(o->max_nodes),
 	};
 	struct dptp_err e = {0};
 	int rc = dptp_tcpstore_client_create(&co, &r->agent, &e);

@@ -206,6 +206,8 @@ struct dptp_tcpstore_client_opts {
 	const int *abort_fd;    /* NULL, or an fd (a signalfd): once it is
 				 * readable, connecting and every call end with
 				 * -EINTR (the connection is then broken) */
+	double retry_max;       /* the longest wait between connect attempts
+				 * (seconds); <= 0 means 1 s */
 };
 
 /* Connects (retrying with exponential backoff and jitter until the timeout),

@@ -34,6 +34,7 @@ struct dptp_tcpstore_client {
 	char *host;    /* for reconnecting */
 	uint16_t port;
 	double timeout;
+	double retry_max; /* the backoff's cap between connect attempts */
 	int64_t init_count;
 	char *prefix;
 	size_t prefix_len;
@@ -353,7 +354,7 @@ static int do_connect(struct dptp_tcpstore_client *c, const char *host, uint16_t
 		double jitter = backoff * (0.5 + 0.5 * ((double)rand_r(&seed) / RAND_MAX));
 		if (sleep_s(jitter < left ? jitter : left) < 0)
 			return dptp_err_set(err, -EINTR, "tcpstore: connecting to %s: interrupted by a signal", c->peer);
-		backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
+		backoff = backoff * 2 > c->retry_max ? c->retry_max : backoff * 2;
 	}
 	return dptp_err_set(err, last == -ETIMEDOUT ? -ETIMEDOUT : last,
 			    "tcpstore: cannot connect to %s: %s (gave up after the timeout)",
@@ -411,6 +412,7 @@ int dptp_tcpstore_client_create(const struct dptp_tcpstore_client_opts *opts,
 	c->abort_fd = opts->abort_fd ? *opts->abort_fd : -1;
 	cur_abort = c->abort_fd;
 	c->timeout = opts->timeout > 0 ? opts->timeout : DPTP_TCPSTORE_DEFAULT_TIMEOUT;
+	c->retry_max = opts->retry_max > 0 ? opts->retry_max : 1.0;
 	c->port = opts->port;
 	c->host = strdup(opts->host);
 	if (!c->host) {
@@ -505,6 +507,7 @@ int dptp_tcpstore_client_share(struct dptp_tcpstore_client *c, struct dptp_tcpst
 	s->l->refs++;
 	s->port = c->port;
 	s->timeout = c->timeout;
+	s->retry_max = c->retry_max;
 	s->abort_fd = c->abort_fd;
 	snprintf(s->peer, sizeof(s->peer), "%s", c->peer);
 	*out = s;
