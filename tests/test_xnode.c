@@ -10,7 +10,10 @@
  * - both nodes' workers done (xnode_finish): silence is no loss then
  * - a failed attempt reported under <prefix>failed: node 0's xnode_handle
  *   says so
- * - the store gone: node 1 finds node 0 (the store's host) lost
+ * - a store in doubt (a failed request) that answers a fresh connection is
+ *   not gone, however long it stays in doubt
+ * - the store gone (its server stopped: connections closed, then refused):
+ *   gone, "refused", not before the timeout, and no node lost
  * - 16 nodes beating on a store of their own: each heartbeat round costs
  *   a node 3 ADDs (its counter and the next two nodes'), not one per node:
  *   the store's host serves O(N) per round, not O(N^2) */
@@ -254,22 +257,36 @@ static void test_ring_load(void **state)
 			(long long)rounds, N);
 }
 
+static void test_store_doubt_alive(void **state)
+{
+	(void)state;
+	struct xnode *x[2] = {start(0, PREFIX "e/"), start(1, PREFIX "e/")};
+	drive_for(x, 2, 0.1);
+	xnode_store_doubt(x[0], "a request timed out", dptp_now());
+	drive_for(x, 2, 4 * HB_TIMEOUT);
+	assert_null(xnode_store_gone(x[0]));
+	assert_int_equal(xnode_lost(x[0], NULL), -1);
+	xnode_stop(x[0]);
+	xnode_stop(x[1]);
+}
+
 static void test_store_lost(void **state)
 {
 	(void)state;
 	struct xnode *x[1] = {start(1, PREFIX "d/")};
-	const char *why = NULL;
+	const char *why = NULL, *gone = NULL;
 	drive_for(x, 1, 0.1);
 	assert_int_equal(xnode_lost(x[0], &why), -1);
 	dptp_tcpstore_server_stop(store);
 	dptp_tcpstore_server_destroy(store);
 	store = NULL;
 	double t0 = dptp_now();
-	int lost;
-	while ((lost = xnode_lost(x[0], &why)) < 0 && dptp_now() - t0 < HB_TIMEOUT_X20 * HB_TIMEOUT)
+	while (!(gone = xnode_store_gone(x[0])) && dptp_now() - t0 < HB_TIMEOUT_X20 * HB_TIMEOUT)
 		turn(x, 1, NULL);
-	assert_int_equal(lost, 0);
-	assert_non_null(strstr(why, "store"));
+	assert_non_null(gone);
+	assert_true(dptp_now() - t0 >= HB_TIMEOUT * 0.99);
+	assert_non_null(strstr(gone, "refused"));
+	assert_int_equal(xnode_lost(x[0], &why), -1);
 	xnode_stop(x[0]);
 }
 
@@ -280,6 +297,7 @@ int main(void)
 		cmocka_unit_test(test_no_loss_once_finished),
 		cmocka_unit_test(test_failure_reported),
 		cmocka_unit_test(test_ring_load),
+		cmocka_unit_test(test_store_doubt_alive),
 		cmocka_unit_test(test_store_lost),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

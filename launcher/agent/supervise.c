@@ -54,6 +54,7 @@ struct job {
 	struct xnode *xn;   /* cross-node fences (several dptp-run nodes) */
 	int peer_failed;    /* another node reported a failed attempt: -1 none */
 	char lost[400];     /* a lost node (xnode_lost), as reported; "" none */
+	bool store_gone;    /* ... or the store (xnode_store_gone): no word to it */
 	struct logs_dirs logs;
 	struct worker_cmd cmd;
 	struct worker *w;
@@ -410,6 +411,14 @@ static bool streams_open(const struct job *j)
 	return false;
 }
 
+/* torch's agent fails on the first error of its store (its monitor loop's
+ * num_nodes_waiting()); here the store is in doubt from then on (from the
+ * request's start t when it went unanswered) and probed (xnode.h). */
+static void store_doubt(struct job *j, int rc, const struct dptp_err *e, double t)
+{
+	xnode_store_doubt(j->xn, e->msg, rc == -ETIMEDOUT ? t : dptp_now());
+}
+
 static void monitor(struct job *j)
 {
 	const struct pmix_srv_sink sink = {.abort = on_abort, .fence = on_fence, .dmodex = on_dmodex,
@@ -509,9 +518,24 @@ wait:;
 		}
 		if (j->xn) {
 			int who = xnode_handle(j->xn, pfd + xfirst, nx);
-			const char *why = NULL;
+			const char *why = NULL, *gone = xnode_store_gone(j->xn);
 			int lost = xnode_lost(j->xn, &why);
-			if (lost >= 0 && !j->lost[0]) {
+			if (gone && !j->lost[0] && !j->stopping) {
+				/* torch's agent raises RendezvousConnectionError
+				 * from its monitor loop and stops its workers; no
+				 * word to the store: it is not there */
+				char host0[300] = ""; /* static: node 0 hosts it */
+				const struct rdzv_node *n0 = &j->info.nodes[0];
+				if (!j->rdzv.c10d)
+					snprintf(host0, sizeof(host0), " (node 0: %s, launcher pid %d, ranks %u-%u)", n0->host, n0->pid,
+						n0->base, n0->base + n0->nproc - 1);
+				snprintf(j->lost, sizeof(j->lost), "the rendezvous store at %s:%u%s is gone (%s)", j->info.store_addr,
+					j->info.store_port, host0, gone);
+				logmsg('E', "%s: stopping this node's workers", j->lost);
+				j->store_gone = true;
+				j->rdzv.quick = true; /* nothing to close the rendezvous on */
+				begin_stop(j, SIGTERM);
+			} else if (lost >= 0 && !j->lost[0]) {
 				const struct rdzv_node *nd = &j->info.nodes[lost];
 				snprintf(j->lost, sizeof(j->lost), "node %d (%s, launcher pid %d, ranks %u-%u) was lost: %s", lost,
 					nd->host, nd->pid, nd->base, nd->base + nd->nproc - 1, why);
@@ -536,13 +560,20 @@ wait:;
 		if (j->rdzv.c10d && !(j->alive && !j->stopping)) {
 			/* torch's heartbeat timer runs while the agent waits, too */
 			struct dptp_err e = {0};
-			if (rendezvous_heartbeat(&j->rdzv, &e) < 0 && !j->tick_failed) {
+			double t = dptp_now();
+			int rc = rendezvous_heartbeat(&j->rdzv, &e);
+			if (rc < 0)
+				store_doubt(j, rc, &e, t);
+			if (rc < 0 && !j->tick_failed) {
 				logmsg('W', "rendezvous heartbeat: %s", e.msg);
 				j->tick_failed = true;
 			}
 		} else if (j->rdzv.c10d) {
 			struct dptp_err e = {0};
+			double t = dptp_now();
 			int waiting = rendezvous_tick(&j->rdzv, &e);
+			if (waiting < 0)
+				store_doubt(j, waiting, &e, t);
 			if (waiting > 0) {
 				if (j->info_log)
 					logmsg('I', "[%s] Detected %d new nodes from group_rank=%u; will restart worker group", j->o->role,
@@ -661,6 +692,7 @@ static void attempt_reset(struct job *j)
 	j->alive = 0;
 	j->peer_failed = -1;
 	j->lost[0] = '\0';
+	j->store_gone = false;
 	j->regroup = false;
 }
 
@@ -671,12 +703,17 @@ static int start_xnode(struct job *j, struct dptp_err *err)
 	const struct run_opts *o = j->o;
 	if (!j->info.nodes)
 		return 0;
-	return xnode_start(&j->xn, j->info.store_addr, j->info.store_port, j->info.dptp_prefix,
-		j->info.nodes, j->info.group_world_size, j->info.group_rank, o->rdzv_timeout,
+	double iv = o->c10d.keep_alive_interval, dead = iv * o->c10d.keep_alive_max_attempt;
+	DPTP_TRY(xnode_start(&j->xn, j->info.store_addr, j->info.store_port, j->info.dptp_prefix, j->info.nodes,
+		j->info.group_world_size, j->info.group_rank, o->rdzv_timeout,
 		/* static: heartbeats of its own (c10d has the rendezvous' keep-alive,
 		 * and a node leaving the round is no loss there) */
-		j->rdzv.c10d ? 0 : o->c10d.keep_alive_interval,
-		(double)o->c10d.keep_alive_interval * o->c10d.keep_alive_max_attempt, &j->srv, err);
+		j->rdzv.c10d ? 0 : iv, dead, &j->srv, err));
+	/* the store is gone when refused or broken as long as a node is dead
+	 * without heartbeats, or silent as long as torch waits for a store's
+	 * reply (read_timeout) */
+	xnode_store_bounds(j->xn, iv, dead, o->c10d.read);
+	return 0;
 }
 
 /* torch opens (truncates) the file of each given filter list for every
@@ -1053,7 +1090,7 @@ static int run_attempts(struct job *j)
 				signal_event(j);
 			break;
 		}
-		if (r == ATT_FAILED)
+		if (r == ATT_FAILED && !j->store_gone)
 			rendezvous_report_failure(&j->rdzv);
 		if (r == ATT_SIGNALLED) {
 			rendezvous_report_failure(&j->rdzv); /* the other nodes stop now, not on a lost heartbeat */
@@ -1067,8 +1104,11 @@ static int run_attempts(struct job *j)
 			record_own_failure(j, j->last_error);
 			break;
 		}
-		if (j->lost[0]) { /* a static job cannot go on without a node */
-			end_events(j, true);
+		if (j->lost[0]) { /* a static job cannot go on without a node, no job without its store */
+			if (j->store_gone)
+				failed_event(j, j->lost); /* torch's agent raised */
+			else
+				end_events(j, true);
 			fprintf(stderr, "dptp-run: error: %s; the job failed\n", j->lost);
 			record_own_failure(j, j->lost);
 			break;

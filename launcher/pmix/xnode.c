@@ -15,7 +15,7 @@
 #include "log/glog.h"
 #include "wire/tcpstore.h"
 
-enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT, X_HB, X_PADD, X_PWAIT, X_PGET };
+enum xstate { X_ADD, X_WAIT, X_MGET, X_WATCH, X_QWAIT, X_QPOP, X_RWAIT, X_RGET, X_DADD, X_DWAIT, X_HB, X_PADD, X_PWAIT, X_PGET, X_PROBE };
 
 struct xop {
 	int fd;
@@ -25,6 +25,7 @@ struct xop {
 	size_t outoff, inlen, incap;
 	double deadline;
 	bool echo; /* the PING echo is still to come */
+	bool probe; /* its echo tells that the store answers (store_answered) */
 	struct pmix_srv_fence *fence; /* NULL: the failure watch */
 	struct pmix_srv_dmodex *dmdx; /* X_RWAIT, X_RGET */
 	unsigned *inv;
@@ -69,6 +70,20 @@ struct xnode {
 	uint64_t *hb_val;
 	double *hb_seen;
 	int lost;          /* the lost node, -1 none */
+	/* the store's liveness (static and c10d): a connection to it that
+	 * breaks (closed, reset), or a rendezvous request it left unanswered
+	 * (xnode_store_doubt), puts it in doubt from store_since on. Then a
+	 * fresh connection (a probe: the failure watch opened again if it was
+	 * lost) every probe_iv s; its PING echo, however late, ends the doubt
+	 * and opens again what was lost. The store is gone after gone_after s
+	 * in doubt with the last probe refused or broken, or silent_after s
+	 * with a probe unanswered for gone_after s: a loaded store's host
+	 * answers late, it does not refuse nor close. */
+	struct xop *watch, *probe;
+	double store_since, probe_iv, gone_after, silent_after, probe_next, probe_sent;
+	bool probe_failed, beats, told_back;
+	char store_why[96];
+	char gone_why[160]; /* "" while the store is not found gone */
 	char dial_why[96]; /* why the last dial() failed */
 	char lost_why[160];
 };
@@ -183,8 +198,11 @@ static void op_fail(struct xop *o, const char *why)
 static struct xop *op_new(struct xnode *x, double timeout)
 {
 	struct xop *o;
-	if (x->nops >= XNODE_MAX_FDS)
+	snprintf(x->dial_why, sizeof(x->dial_why), "out of memory");
+	if (x->nops >= XNODE_MAX_FDS) {
+		snprintf(x->dial_why, sizeof(x->dial_why), "%d connections to the store at once", XNODE_MAX_FDS);
 		return NULL;
+	}
 	o = calloc(1, sizeof(*o));
 	if (!o)
 		return NULL;
@@ -204,12 +222,55 @@ static int qkey(const struct xnode *x, unsigned node, char *key, size_t len)
 	return snprintf(key, len, "%sdmodex/%u/queue", x->prefix, node);
 }
 
+/* A connection waiting on key in state st (the failure watch, the
+ * direct-modex queue), or NULL (x->dial_why says why). */
+static struct xop *open_wait(struct xnode *x, const char *key, enum xstate st)
+{
+	struct xop *o = op_new(x, 0);
+	if (o && frame_wait(o, key) < 0) {
+		x->nops--;
+		op_free(o);
+		snprintf(x->dial_why, sizeof(x->dial_why), "out of memory");
+		return NULL;
+	}
+	if (o)
+		o->st = st;
+	return o;
+}
+
+static struct xop *open_watch(struct xnode *x)
+{
+	char key[192];
+	snprintf(key, sizeof(key), "%sfailed", x->prefix);
+	return open_wait(x, key, X_WATCH);
+}
+
+static struct xop *open_serve(struct xnode *x)
+{
+	char key[192];
+	qkey(x, x->me, key, sizeof(key));
+	return open_wait(x, key, X_QWAIT);
+}
+
+/* The heartbeat connection, its rounds from now on. */
+static struct xop *open_hb(struct xnode *x, double now)
+{
+	struct xop *o = op_new(x, 0);
+	if (!o)
+		return NULL;
+	o->st = X_HB;
+	x->hb_waiting = false;
+	x->hb_next = now;
+	for (unsigned k = 0; k < x->nnodes; k++)
+		x->hb_seen[k] = now;
+	return o;
+}
+
 int xnode_start(struct xnode **out, const char *host, unsigned port, const char *prefix,
 	const struct rdzv_node *nodes, unsigned nnodes, unsigned me, double timeout, double hb_interval,
 	double hb_timeout, struct pmix_srv *srv, struct dptp_err *err)
 {
 	struct xnode *x = calloc(1, sizeof(*x));
-	struct xop *w;
 	char key[192];
 	*out = NULL;
 	if (!x)
@@ -222,41 +283,31 @@ int xnode_start(struct xnode **out, const char *host, unsigned port, const char 
 	x->me = me;
 	x->timeout = timeout;
 	x->failed_node = -1;
-	w = op_new(x, 0);
-	snprintf(key, sizeof(key), "%sfailed", prefix);
-	if (!w || frame_wait(w, key) < 0) {
-		int rc = dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u: %s", key, host, port,
-			x->dial_why[0] ? x->dial_why : "out of memory");
-		xnode_stop(x);
-		return rc;
-	}
-	w->st = X_WATCH;
-	x->srv = srv;
-	x->serve = op_new(x, 0);
-	qkey(x, me, key, sizeof(key));
-	if (!x->serve || frame_wait(x->serve, key) < 0) {
-		int rc = dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u: %s", key, host, port,
-			x->dial_why[0] ? x->dial_why : "out of memory");
-		xnode_stop(x);
-		return rc;
-	}
-	x->serve->st = X_QWAIT;
 	x->lost = -1;
+	x->srv = srv;
+	x->probe_iv = hb_interval;
+	x->gone_after = x->silent_after = hb_timeout;
+	for (int k = 0; k < 2; k++)
+		if (!(k ? (x->serve = open_serve(x)) : (x->watch = open_watch(x)))) {
+			if (k)
+				qkey(x, me, key, sizeof(key));
+			else
+				snprintf(key, sizeof(key), "%sfailed", prefix);
+			int rc = dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u: %s", key, host, port,
+				x->dial_why);
+			xnode_stop(x);
+			return rc;
+		}
 	if (hb_interval > 0) {
-		double now = dptp_now();
-		x->hb = op_new(x, 0);
+		x->hb_interval = hb_interval;
+		x->hb_timeout = hb_timeout;
+		x->beats = true;
 		x->hb_val = calloc(nnodes, sizeof(*x->hb_val));
 		x->hb_seen = calloc(nnodes, sizeof(*x->hb_seen));
-		if (!x->hb || !x->hb_val || !x->hb_seen) {
+		if (!x->hb_val || !x->hb_seen || !(x->hb = open_hb(x, dptp_now()))) {
 			xnode_stop(x);
 			return dptp_err_set(err, -ECONNREFUSED, "cannot send heartbeats to the store at %s:%u", host, port);
 		}
-		x->hb->st = X_HB;
-		x->hb_interval = hb_interval;
-		x->hb_timeout = hb_timeout;
-		x->hb_next = now;
-		for (unsigned k = 0; k < nnodes; k++)
-			x->hb_seen[k] = now;
 		for (unsigned i = 0; i < XNODE_HB_WATCH && i + 1 < nnodes; i++)
 			x->hb_watch[x->hb_nwatch++] = (me + 1 + i) % nnodes;
 	}
@@ -389,12 +440,15 @@ out:
 }
 
 static void hb_tick(struct xnode *x, double now);
+static void store_tick(struct xnode *x, double now);
 
 size_t xnode_pollfds(struct xnode *x, struct pollfd *pfd, size_t max)
 {
 	size_t n = 0;
-	if (x)
-		hb_tick(x, dptp_now()); /* before the poll: its frames go out now */
+	if (x) { /* before the poll: their frames go out now */
+		hb_tick(x, dptp_now());
+		store_tick(x, dptp_now());
+	}
 	for (size_t i = 0; x && i < x->nops && n < max; i++)
 		pfd[n++] = (struct pollfd){.fd = x->ops[i]->fd,
 			.events = POLLIN | (x->ops[i]->outoff < x->ops[i]->out.len ? POLLOUT : 0)};
@@ -739,6 +793,14 @@ static int fence_blobs_read(struct xnode *x, struct xop *o)
 	return STEP_DONE;
 }
 
+/* X_PROBE: nothing after the PING echo (store_answered). */
+static int probed(struct xnode *x, struct xop *o)
+{
+	(void)x;
+	(void)o;
+	return STEP_DONE;
+}
+
 static int (*const steps[])(struct xnode *x, struct xop *o) = {
 	[X_ADD] = fence_counted,
 	[X_WAIT] = fence_all_in,
@@ -754,8 +816,11 @@ static int (*const steps[])(struct xnode *x, struct xop *o) = {
 	[X_PADD] = pids_counted,
 	[X_PWAIT] = get_pids,
 	[X_PGET] = pids_read,
+	[X_PROBE] = probed,
 };
-_Static_assert(sizeof(steps) / sizeof(steps[0]) == X_PGET + 1, "a step for every state");
+_Static_assert(sizeof(steps) / sizeof(steps[0]) == X_PROBE + 1, "a step for every state");
+
+static void store_answered(struct xnode *x, struct xop *o);
 
 /* Consumes what the state needs from o->in. 1: the op is done (freed by the
  * caller), 0: more bytes needed, <0: protocol error. */
@@ -767,6 +832,8 @@ static int advance(struct xnode *x, struct xop *o)
 				return 0;
 			in_drop(o, 4);
 			o->echo = false;
+			if (o->probe)
+				store_answered(x, o);
 		}
 		int rc = steps[o->st](x, o);
 		if (rc != STEP_NEXT)
@@ -794,6 +861,99 @@ static void hb_tick(struct xnode *x, double now)
 	x->hb_next = now + x->hb_interval;
 }
 
+/* ---- the store's liveness (see struct xnode) ---- */
+
+/* why, for "... since 3 s": "connect: Connection refused" reads
+ * "connection refused". */
+static void set_why(char *dst, size_t len, const char *why)
+{
+	if (!strncmp(why, "connect: ", 9))
+		why += 9;
+	snprintf(dst, len, "%s", why);
+	if (dst[0] >= 'A' && dst[0] <= 'Z' && dst[1] >= 'a' && dst[1] <= 'z')
+		dst[0] = (char)(dst[0] - 'A' + 'a');
+}
+
+static void store_doubt(struct xnode *x, const char *why, double since)
+{
+	if (x->store_since > 0 || x->finish == 2 || x->gone_why[0])
+		return;
+	x->store_since = since;
+	x->probe_next = dptp_now(); /* a fresh connection at once */
+	set_why(x->store_why, sizeof(x->store_why), why);
+}
+
+static void probe_broke(struct xnode *x, const char *why)
+{
+	x->probe_failed = true;
+	set_why(x->store_why, sizeof(x->store_why), why);
+}
+
+/* A probe's PING echo: the store answers. What broke opens again. */
+static void store_answered(struct xnode *x, struct xop *o)
+{
+	double now = dptp_now();
+	o->probe = false;
+	if (o == x->probe)
+		x->probe = NULL;
+	if (x->store_since > 0 && !x->told_back) /* once: a broken rendezvous link doubts it on every tick */
+		xlog("the store at %s:%u answers a new connection %.0f s after %s", x->host, x->port, now - x->store_since,
+			x->store_why);
+	x->told_back = true;
+	x->store_since = 0;
+	x->probe_failed = false;
+	if (!x->serve && !(x->serve = open_serve(x)))
+		store_doubt(x, x->dial_why, now);
+	if (x->beats && !x->hb && !(x->hb = open_hb(x, now)))
+		store_doubt(x, x->dial_why, now);
+}
+
+/* In doubt: a probe every probe_iv s (the failure watch itself, if it was
+ * lost), and the verdict. */
+static void store_tick(struct xnode *x, double now)
+{
+	if (x->store_since <= 0 || x->gone_why[0] || x->finish == 2 || x->probe_iv <= 0)
+		return;
+	if (!x->probe && now >= x->probe_next) {
+		struct xop *o = x->watch ? op_new(x, 0) : (x->watch = open_watch(x));
+		x->probe_next = now + x->probe_iv;
+		x->probe_sent = now;
+		if (o) {
+			if (o != x->watch)
+				o->st = X_PROBE;
+			o->probe = true;
+			x->probe = o;
+		} else {
+			probe_broke(x, x->dial_why);
+		}
+	}
+	double doubt = now - x->store_since;
+	if (x->probe_failed && doubt >= x->gone_after)
+		snprintf(x->gone_why, sizeof(x->gone_why), "%s since %.0f s", x->store_why, doubt);
+	else if (x->probe && now - x->probe_sent >= x->gone_after && doubt >= x->silent_after)
+		snprintf(x->gone_why, sizeof(x->gone_why), "no answer since %.0f s, after %s", doubt, x->store_why);
+}
+
+void xnode_store_bounds(struct xnode *x, double probe_iv, double gone_after, double silent_after)
+{
+	if (!x)
+		return;
+	x->probe_iv = probe_iv;
+	x->gone_after = gone_after;
+	x->silent_after = silent_after > gone_after ? silent_after : gone_after;
+}
+
+void xnode_store_doubt(struct xnode *x, const char *why, double since)
+{
+	if (x)
+		store_doubt(x, why, since);
+}
+
+const char *xnode_store_gone(const struct xnode *x)
+{
+	return x && x->gone_why[0] ? x->gone_why : NULL;
+}
+
 int xnode_lost(const struct xnode *x, const char **why)
 {
 	if (!x || x->lost < 0)
@@ -805,10 +965,20 @@ int xnode_lost(const struct xnode *x, const char **why)
 
 double xnode_poll_timeout(const struct xnode *x, double timeout)
 {
+	double now = dptp_now();
 	if (x && x->hb && !x->hb_waiting) {
-		double left = x->hb_next - dptp_now();
+		double left = x->hb_next - now;
 		if (left < timeout)
 			timeout = left > 0 ? left : 0;
+	}
+	if (x && x->store_since > 0 && !x->gone_why[0]) { /* the next probe or verdict */
+		double at[4] = {x->probe ? 0 : x->probe_next, x->store_since + x->gone_after,
+			x->store_since + x->silent_after, x->probe ? x->probe_sent + x->gone_after : 0};
+		for (int k = 0; k < 4; k++)
+			if (at[k] > now && at[k] - now < timeout)
+				timeout = at[k] - now;
+		if (!x->probe && x->probe_next <= now)
+			timeout = 0;
 	}
 	return timeout;
 }
@@ -823,6 +993,7 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 		struct xop *o = x->ops[i];
 		const char *why = NULL;
 		int rc = 0;
+		bool conn = false; /* the connection broke */
 		if (pfd[i].fd != o->fd)
 			continue;
 		if (pfd[i].revents & POLLOUT) {
@@ -833,6 +1004,7 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 					o->outoff = o->out.len = 0;
 			} else if (w < 0 && errno != EAGAIN && errno != EINTR) {
 				why = strerror(errno);
+				conn = true;
 			}
 		}
 		if (!why && (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -854,27 +1026,36 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 					why = "the store closed the connection";
 				else if (errno != EAGAIN && errno != EINTR)
 					why = strerror(errno);
+				conn = why != NULL;
 			}
 			if (!why && (rc = advance(x, o)) < 0)
 				why = rc == -ENOMEM ? "out of memory" : "unexpected reply from the store";
 		}
 		if (!why && rc == 0 && o->deadline > 0 && now >= o->deadline)
 			why = "timed out";
-		if (why && o == x->serve) {
-			xlog("lost the direct-modex queue on the store: %s", why);
-			x->serve = NULL;
+		/* the store's own connections: a broken one puts the store in
+		 * doubt (a probe tells, see struct xnode) */
+		if (why && o == x->probe) {
+			x->probe = NULL;
+			probe_broke(x, why);
 		}
-		if (why && o == x->hb) {
-			char w[160];
-			snprintf(w, sizeof(w), "its store at %s:%u: %s", x->host, x->port, why);
-			set_lost(x, 0, w);
-			x->hb = NULL;
+		if (why && (o == x->serve || o == x->hb || o == x->watch)) {
+			if (!conn)
+				xlog("lost the %s on the store: %s", o == x->serve ? "direct-modex queue" : o == x->hb ?
+					"heartbeats" : "failure watch", why);
+			if (o == x->serve)
+				x->serve = NULL;
+			else if (o == x->hb)
+				x->hb = NULL;
+			else
+				x->watch = NULL;
+			store_doubt(x, why, now);
 		}
 		if (why || rc == 1) {
-			if (o->st == X_WATCH && why && !strcmp(why, "the store closed the connection"))
-				x->failed_node = (int)x->nnodes; /* node 0 is gone */
-			else if (o->st == X_WATCH && why)
-				xlog("lost the failure watch on the store: %s", why);
+			if (o == x->watch) /* done: a failure was reported */
+				x->watch = NULL;
+			if (o == x->probe)
+				x->probe = NULL;
 			memmove(&x->ops[i], &x->ops[i + 1], (x->nops - i - 1) * sizeof(x->ops[0]));
 			x->nops--;
 			if (o->st == X_DADD || o->st == X_DWAIT)
@@ -897,12 +1078,10 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 		}
 	}
 	/* after the replies that came: the store's silence */
-	if (x->hb && x->hb_waiting && x->finish != 2 && x->lost < 0 && now - x->hb_sent > x->hb_timeout) {
-		char why[160];
-		snprintf(why, sizeof(why), "its store at %s:%u left a heartbeat unanswered for %.0f s", x->host, x->port,
-			now - x->hb_sent);
-		set_lost(x, 0, why);
-	}
+	if (x->hb && x->hb_waiting && x->finish != 2 && x->lost < 0 && !x->gone_why[0] &&
+	    now - x->hb_sent > x->hb_timeout)
+		snprintf(x->gone_why, sizeof(x->gone_why), "a heartbeat unanswered for %.0f s", now - x->hb_sent);
+	store_tick(x, now);
 	int f = x->failed_node;
 	x->failed_node = -1;
 	return f;

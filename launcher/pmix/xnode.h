@@ -24,7 +24,13 @@
  * attempt ends this node's attempt too; and the other nodes' liveness:
  * heartbeats as counters under <prefix>hb/<node>, on a connection of their
  * own, so that a node whose launcher died (SIGKILL, a lost host) is noticed
- * within a bounded time, as the store host's loss is. */
+ * within a bounded time; and the store's own liveness (static and c10d): a
+ * connection to it that breaks, or a rendezvous request it leaves unanswered
+ * (xnode_store_doubt), puts it in doubt; a fresh connection every probe
+ * interval then either gets its PING answered (however late: a loaded
+ * store's host answers late) and the doubt ends, or the store is gone
+ * (xnode_store_gone) once refused or broken for gone_after s in a row, or
+ * unanswered for silent_after s. */
 #ifndef DPTP_LAUNCHER_XNODE_H
 #define DPTP_LAUNCHER_XNODE_H
 
@@ -51,7 +57,17 @@ int xnode_start(struct xnode **out, const char *host, unsigned port, const char 
 /* The node found lost (its reason in *why), or -1. Once every node's
  * workers are done (xnode_finish), silence is no loss. */
 int xnode_lost(const struct xnode *x, const char **why);
-/* timeout, or less when the next heartbeat is due sooner. */
+/* Probes every probe_iv s while the store is in doubt; it is gone after
+ * gone_after s of refused or broken connections, or silent_after s (at
+ * least gone_after) of silence. xnode_start's defaults: hb_interval,
+ * hb_timeout, hb_timeout (no probe with hb_interval 0). */
+void xnode_store_bounds(struct xnode *x, double probe_iv, double gone_after, double silent_after);
+/* A store request failed (why), the store silent since since (a
+ * monotonic dptp_now() time): in doubt from then on, unless it already is. */
+void xnode_store_doubt(struct xnode *x, const char *why, double since);
+/* Why the store is gone ("connection refused since 3 s"), or NULL. */
+const char *xnode_store_gone(const struct xnode *x);
+/* timeout, or less when the next heartbeat, probe or verdict is due sooner. */
 double xnode_poll_timeout(const struct xnode *x, double timeout);
 /* Fails every pending fence and closes every connection; NULL is fine. */
 void xnode_stop(struct xnode *x);

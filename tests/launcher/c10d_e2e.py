@@ -262,6 +262,115 @@ def case_signals():
     check("Worker group FAILED. 1/1 attempts left" in err and "death signal during the rendezvous" in err, err)
 
 
+def tagged_pids(tag):
+    """This test's workers: python WORKER ... tag (not the launchers, whose
+    command lines hold the same words after theirs)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                args = f.read().split(b"\0")
+            if args[1:2] == [WORKER.encode()] and tag.encode() in args:
+                pids.append(int(d))
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def store_death(ps, tag, victim, others, what, bound=60):
+    """Once every node's workers run, victim (the store's host) is
+    SIGKILLed; the others stop their workers within bound s (their
+    workers sleep 120 s), exit 1 naming the store, and no worker is left."""
+    deadline = time.monotonic() + 60
+    while len(tagged_pids(tag)) < 2 * len(ps) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    check(len(tagged_pids(tag)) == 2 * len(ps), "%s: the workers did not start: %s" % (what, tagged_pids(tag)))
+    time.sleep(1)
+    victim.kill()
+    victim.communicate()
+    res = finish(others, bound)
+    for k, (rc, _, err) in enumerate(res):
+        line = re.search(r"the rendezvous store at 127\.0\.0\.1:\d+[^\n]* is gone \(([^\n]*)\): stopping this node's workers",
+                         err)
+        check(rc == 1 and line, "%s: node %d: rc %d, no line naming the store:\n%s" % (what, k + 1, rc, err[-3000:]))
+        check("; the job failed" in err, "%s: node %d: no final error line:\n%s" % (what, k + 1, err[-3000:]))
+        print("%s: node %d: exit %d, the store gone (%s)" % (what, k + 1, rc, line.group(1)))
+    deadline = time.monotonic() + 20  # the store host's workers: its guard ends them
+    while tagged_pids(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    check(not tagged_pids(tag), "%s: workers left: %s" % (what, tagged_pids(tag)))
+    return res
+
+
+def case_store_death():
+    # The store's host dies while the other nodes' workers run (they sleep
+    # 120 s): the others stop their workers and exit 1 with a line naming
+    # the store (torch's agent raises RendezvousConnectionError from its
+    # monitor loop's num_nodes_waiting() and exits 1). Before, they went on:
+    # its SIGKILL read as "another node reported a failed attempt", and a
+    # host gone from the network (its connections silent) as nothing at all.
+    # First its launcher SIGKILLed (the store refuses from then on), then
+    # the host gone silent: the other nodes reach it through a proxy that
+    # stops answering (read_timeout=4: torch's bound on a store's reply).
+    for silent in (False, True):
+        port = free_port()
+        tag = "sd%d.%d" % (silent, port)
+        conf = FAST + ",read_timeout=4"
+        ps = [node(0, 3, port, "sd", ["late", "99", tag], conf=conf + ",is_host=1")]
+        time.sleep(0.3)
+        proxy = None
+        if silent:
+            sys.path.insert(0, HERE)
+            from store_proxy import Proxy
+            proxy = Proxy(port).start()
+        try:
+            ps += [node(k, 3, proxy.port if proxy else port, "sd", ["late", "99", tag], conf=conf + ",is_host=0")
+                   for k in (1, 2)]
+            if proxy:
+                victim = ps[0]
+
+                class Silent:  # the store's host vanishes: silence first, then its launcher goes
+                    def kill(self):
+                        proxy.go_silent()
+                        time.sleep(0.5)
+                        victim.kill()
+
+                    def communicate(self):
+                        victim.communicate()
+                store_death(ps, tag, Silent(), ps[1:], "silent host")
+            else:
+                store_death(ps, tag, ps[0], ps[1:], "SIGKILL")
+        finally:
+            for p in ps:
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+            if proxy:
+                proxy.close()
+
+
+def case_store_death_static():
+    # the same with static nodes (node 0 hosts the store): the line names
+    # node 0 too
+    port = free_port()
+    tag = "sds.%d" % port
+    ps = []
+    try:
+        for k in range(3):
+            args = [RUN, "--nnodes=3", "--nproc-per-node=2", "--node-rank=%d" % k, "--master-addr=127.0.0.1",
+                    "--master-port=%d" % port, "--rdzv-conf=" + FAST, "--no-python", sys.executable, WORKER, "late",
+                    "99", tag]
+            ps.append(subprocess.Popen(args, env=env(k), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        res = store_death(ps, tag, ps[0], ps[1:], "static")
+        for rc, _, err in res:
+            check("(node 0: node0, launcher pid %d, ranks 0-1) is gone" % ps[0].pid in err, err[-3000:])
+    finally:
+        for p in ps:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
 def case_hostile_state():
     # Anyone who reaches the store port can write the rendezvous state. A
     # memo bomb (2^20 + 1 MEMOIZE) crashed dptp-run in its decoder (a double

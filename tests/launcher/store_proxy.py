@@ -9,7 +9,10 @@ the connections that sent a GET or a COMPARE_SET of it (each reply carries the
 value: the connections the value went to).
 
 One thread, selectors; Proxy.start() runs it in a daemon thread,
-Proxy.close() stops it."""
+Proxy.close() stops it. Proxy.go_silent() plays the store's host gone from
+the network: the proxy keeps every connection open and answers nothing
+more, not even the store's own closing; new connections are accepted and
+never answered."""
 import collections
 import selectors
 import socket
@@ -92,11 +95,16 @@ class Proxy:
         self.bad = None
         self._stop = False
         self._t = None
+        self.silent = False
+        self._held = []  # silent: the sockets kept open, never read
 
     def start(self):
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
         return self
+
+    def go_silent(self):
+        self.silent = True
 
     def close(self):
         self._stop = True
@@ -104,6 +112,8 @@ class Proxy:
             self._t.join(5)
         for key in list(self.sel.get_map().values()):
             key.fileobj.close()
+        for s in self._held:
+            s.close()
         self.sel.close()
 
     def _events(self, pr):
@@ -144,11 +154,19 @@ class Proxy:
 
     def _run(self):
         while not self._stop:
+            if self.silent:
+                for key in list(self.sel.get_map().values()):
+                    if key.data is not None:
+                        self.sel.unregister(key.fileobj)
+                        self._held.append(key.fileobj)
             for key, mask in self.sel.select(0.1):
                 if key.data is None:
                     try:
                         c, _ = self.ls.accept()
                     except OSError:
+                        continue
+                    if self.silent:
+                        self._held.append(c)
                         continue
                     u = socket.create_connection(self.up)
                     for s in (c, u):

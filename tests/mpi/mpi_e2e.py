@@ -460,7 +460,10 @@ def case_nodeloss(exe):
         what = "%s of node %d (%s)" % (sig.name, victim, cmd[-1])
         check(rc == 1, "%s: node %d exited %d\n%s" % (what, 1 - victim, rc, err[-3000:]))
         check(took < bound, "%s: node %d took %.1f s to notice" % (what, 1 - victim, took))
-        if sig == signal.SIGKILL:
+        if sig == signal.SIGKILL and victim == 0:  # node 0 hosts the store
+            check("(node 0: node0, launcher pid %d, ranks 0-1) is gone (" % ps[0].pid in err,
+                  "%s: no report naming the store and node 0:\n%s" % (what, err[-3000:]))
+        elif sig == signal.SIGKILL:
             check("node %d (node%d, launcher pid %d, ranks %d-%d) was lost" % (victim, victim, ps[victim].pid,
                   2 * victim, 2 * victim + 1) in err, "%s: no report naming the lost node:\n%s" % (what, err[-3000:]))
         else:
