@@ -1134,13 +1134,15 @@ static int run_attempts(struct job *j)
 static int job_end(struct job *j, int status)
 {
 	free_workers(j);
-	guard_stop(&j->guard);
 	phase("workers freed");
 	if (status == 0)
 		pmix_srv_finalize(&j->srv);
 	else
 		pmix_srv_abandon(&j->srv);
 	phase("pmix server finalized");
+	/* only now: a launcher killed before its folders are gone (up to 3 s
+	 * in pmix_srv_abandon) still has its guard remove them */
+	guard_stop(&j->guard);
 	if (j->rdzv.ops)
 		j->rdzv.ops->shutdown(&j->rdzv);
 	logs_dirs_release(&j->logs);

@@ -462,14 +462,16 @@ def case_guard_stopped():
     # does not exit at the job's end, saying so in one line, and leaves no
     # process and no folder behind. dptp-run used to wait for the stopped
     # guard without a bound. The failing job restarts once while the guard
-    # is stopped (its records wait in the pipe).
+    # is stopped (its records wait in the pipe). DPTP_RUN_TIMING's phase
+    # lines show the order of the launcher's end.
     for code, args, want in ((0, [], 0), (3, ["--max-restarts=1"], 1)):
         with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as tmpdir:
             script = ('echo $$$$ > %s/pid.$LOCAL_RANK; sleep 60 & echo $! > %s/child.$LOCAL_RANK; '
                       'echo "$OMPI_MCA_btl_vader_backing_directory" > %s/shm.$LOCAL_RANK; '
                       'while [ ! -e %s/go ]; do sleep 0.02; done; exit %d' % (d, d, d, d, code))
             p = subprocess.Popen([RUN, "--nproc-per-node=2"] + args + ["--no-python", "sh", "-c", script],
-                                 env=base_env(TMPDIR=tmpdir), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 env=base_env(TMPDIR=tmpdir, DPTP_RUN_TIMING="1"), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE,
                                  text=True)
             guard, pids, err, left = None, set(), "", None
 
@@ -528,7 +530,14 @@ def case_guard_stopped():
                         pass
             check(p.returncode == want, "rc %d, not %d: %s" % (p.returncode, want, err))
             line = "dptp-run: warning: the guard (pid %d) did not exit within 2 s of the job's end; killed it" % guard
-            check(err.splitlines().count(line) == 1, "no line %r in: %s" % (line, err))
+            lines = err.splitlines()
+            check(lines.count(line) == 1, "no line %r in: %s" % (line, err))
+            # its own folders were gone before it waited on the guard: a
+            # dptp-run killed while it waits leaves none (the guard, once
+            # it has 'q', removes nothing)
+            done = [k for k, x in enumerate(lines) if x.endswith(" ms pmix server finalized")]
+            check(len(done) == 1 and done[0] < lines.index(line), "the guard was waited for before the PMIx "
+                  "server's folders were removed: %s" % err)
             check(code == 0 or "exitcode  : 3" in err, "no failure report: %s" % err)
             shutil.rmtree(shm, ignore_errors=True)
             check(not left, "processes left: %s" % left)
