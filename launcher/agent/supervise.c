@@ -1105,12 +1105,17 @@ static int run_attempts(struct job *j)
 			break;
 		}
 		if (j->lost[0]) { /* a static job cannot go on without a node, no job without its store */
+			char what[600];
+			/* c10d: what torch's agent raises there, for the tools
+			 * that read its error file or events */
+			snprintf(what, sizeof(what), "%s%s", j->store_gone && j->rdzv.c10d ?
+				"RendezvousConnectionError: The connection to the C10d store has failed: " : "", j->lost);
 			if (j->store_gone)
-				failed_event(j, j->lost); /* torch's agent raised */
+				failed_event(j, what); /* torch's agent raised */
 			else
 				end_events(j, true);
 			fprintf(stderr, "dptp-run: error: %s; the job failed\n", j->lost);
-			record_own_failure(j, j->lost);
+			record_own_failure(j, what);
 			break;
 		}
 		if (j->restart_count < o->max_restarts) {

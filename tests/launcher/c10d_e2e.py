@@ -8,6 +8,7 @@ bytes themselves are checked against torch 2.11's in tests/test_rdzv_state.c;
 here Python's own pickle reads the state dptp-run wrote (c10d_worker.py
 state), and the jobs run torch's fixed-size, elastic, node-failure and
 signal paths end to end."""
+import atexit
 import os
 import re
 import shutil
@@ -312,6 +313,9 @@ def case_store_death():
     # First its launcher SIGKILLed (the store refuses from then on), then
     # the host gone silent: the other nodes reach it through a proxy that
     # stops answering (read_timeout=4: torch's bound on a store's reply).
+    # Each writes torch's RendezvousConnectionError to its error file.
+    errdir = tempfile.mkdtemp(prefix="c10d_store_death.")
+    atexit.register(shutil.rmtree, errdir, True)  # fail() exits
     for silent in (False, True):
         port = free_port()
         tag = "sd%d.%d" % (silent, port)
@@ -324,8 +328,9 @@ def case_store_death():
             from store_proxy import Proxy
             proxy = Proxy(port).start()
         try:
-            ps += [node(k, 3, proxy.port if proxy else port, "sd", ["late", "99", tag], conf=conf + ",is_host=0")
-                   for k in (1, 2)]
+            errs = [os.path.join(errdir, "%s.%d.json" % (tag, k)) for k in (1, 2)]
+            ps += [node(k, 3, proxy.port if proxy else port, "sd", ["late", "99", tag], conf=conf + ",is_host=0",
+                        TORCHELASTIC_ERROR_FILE=errs[k - 1]) for k in (1, 2)]
             if proxy:
                 victim = ps[0]
 
@@ -340,6 +345,11 @@ def case_store_death():
                 store_death(ps, tag, Silent(), ps[1:], "silent host")
             else:
                 store_death(ps, tag, ps[0], ps[1:], "SIGKILL")
+            for e in errs:
+                with open(e) as f:
+                    rec = f.read()
+                check("RendezvousConnectionError: The connection to the C10d store has failed: the rendezvous store at"
+                      in rec, "%s: %s" % (e, rec))
         finally:
             for p in ps:
                 if p.poll() is None:
