@@ -1263,6 +1263,15 @@ static int proc_info_add(void *list, unsigned nlocal, unsigned base_rank, uint32
 	return 0;
 }
 
+/* How long a registration of n ranks may take: 10 s, plus 1 ms per rank
+ * (the library encodes the job's map and every rank's data on its progress
+ * thread, which shares the host with every other busy process: 2048
+ * one-worker nodes on two cores saw nspace registrations pass 10 s). */
+static double reg_bound(unsigned n)
+{
+	return 10.0 + 0.001 * (double)n;
+}
+
 /* Every client is registered before any of them is forked. */
 static int register_clients(struct pmix_srv *s, const char *nspace, unsigned nlocal, unsigned base_rank, uid_t uid,
 	gid_t gid, struct dptp_err *err)
@@ -1275,12 +1284,12 @@ static int register_clients(struct pmix_srv *s, const char *nspace, unsigned nlo
 		if (rc == PMIX_SUCCESS)
 			submitted++;
 		else if (rc != PMIX_OPERATION_SUCCEEDED) {
-			wait_ops(s, submitted, 10.0, "client registration", err);
+			wait_ops(s, submitted, reg_bound(nlocal), "client registration", err);
 			return dptp_err_set(err, -EIO, "PMIx_server_register_client(rank %u) failed: %s", base_rank + i,
 					    PMIx_Error_string(rc));
 		}
 	}
-	return wait_ops(s, submitted, 10.0, "client registration", err);
+	return wait_ops(s, submitted, reg_bound(nlocal), "client registration", err);
 }
 
 int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nlocal,
@@ -1325,7 +1334,7 @@ int pmix_srv_register_job(struct pmix_srv *s, const char *nspace, unsigned nloca
 		ret = dptp_err_set(err, -EIO, "PMIx_server_register_nspace('%s') failed: %s", nspace, PMIx_Error_string(rc));
 		goto out;
 	}
-	if ((ret = wait_ops(s, submitted, 10.0, "nspace registration", err)) < 0)
+	if ((ret = wait_ops(s, submitted, reg_bound(world + nnodes), "nspace registration", err)) < 0)
 		goto out;
 	s->nspace_registered = true;
 	ret = register_clients(s, nspace, nlocal, base_rank, uid, gid, err);
@@ -1438,7 +1447,7 @@ void pmix_srv_deregister_job(struct pmix_srv *s)
 	/* also deregisters the nspace's clients */
 	if (!crash_guard_tripped()) {
 		PMIx_server_deregister_nspace(s->nspace, opdone, NULL);
-		wait_ops(s, 1, 10.0, "nspace deregistration", &err);
+		wait_ops(s, 1, reg_bound(s->world + s->nnodes), "nspace deregistration", &err);
 	}
 	s->nspace_registered = false;
 	free(s->procs);
