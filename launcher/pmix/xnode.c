@@ -95,14 +95,16 @@ struct dmdx_token {
 	unsigned long id;
 };
 
-__attribute__((format(printf, 1, 2)))
-static void xlog(const char *fmt, ...)
+__attribute__((format(printf, 2, 3)))
+static void xlog_at(char level, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	glog_vlog('E', fmt, ap);
+	glog_vlog(level, fmt, ap);
 	va_end(ap);
 }
+
+#define xlog(...) xlog_at('E', __VA_ARGS__)
 
 /* ---- frames ---- */
 
@@ -897,7 +899,7 @@ static void store_answered(struct xnode *x, struct xop *o)
 	if (o == x->probe)
 		x->probe = NULL;
 	if (x->store_since > 0 && !x->told_back) /* once: a broken rendezvous link doubts it on every tick */
-		xlog("the store at %s:%u answers a new connection %.0f s after %s", x->host, x->port, now - x->store_since,
+		xlog_at('W', "the store at %s:%u answers a new connection %.0f s after %s", x->host, x->port, now - x->store_since,
 			x->store_why);
 	x->told_back = true;
 	x->store_since = 0;

@@ -313,9 +313,13 @@ def case_store_death():
     # First its launcher SIGKILLed (the store refuses from then on), then
     # the host gone silent: the other nodes reach it through a proxy that
     # stops answering (read_timeout=4: torch's bound on a store's reply).
-    # Each writes torch's RendezvousConnectionError to its error file.
+    # Each writes torch's RendezvousConnectionError to its error file. And
+    # a store's host that is merely slow, or drops its clients, is no store
+    # gone (store_alive).
     errdir = tempfile.mkdtemp(prefix="c10d_store_death.")
     atexit.register(shutil.rmtree, errdir, True)  # fail() exits
+    store_alive(dropped=True)
+    store_alive(dropped=False)
     for silent in (False, True):
         port = free_port()
         tag = "sd%d.%d" % (silent, port)
@@ -357,6 +361,56 @@ def case_store_death():
                     p.communicate()
             if proxy:
                 proxy.close()
+
+
+def store_alive(dropped):
+    """A store that is merely slow, or that drops its clients, is not gone.
+    dropped: nodes 1 and 2 reach the store through a proxy that closes
+    their failure watch and direct-modex queue once the workers run (main
+    took the closed watch for another node's failure): they connect again
+    and every node exits 0 (not their rendezvous and agent links: without
+    these a node misses the exit barrier, and node 0 waits for it 300 s). Else the store's
+    host is stopped (SIGSTOP) for 8 s, longer than the keep-alive timeout
+    (3 s), shorter than read_timeout (60 s), then resumed: every node exits
+    0."""
+    sys.path.insert(0, HERE)
+    from store_proxy import Proxy
+    port = free_port()
+    tag = "sa%d.%d" % (dropped, port)
+    ps = []
+    proxy = None
+    what = "dropped" if dropped else "paused"
+    try:
+        ps.append(node(0, 3, port, "sa", ["sleep", "15", tag], conf=FAST + ",is_host=1"))
+        time.sleep(0.3)
+        proxy = Proxy(port).start() if dropped else None
+        ps += [node(k, 3, proxy.port if proxy else port, "sa", ["sleep", "15", tag], conf=FAST + ",is_host=0")
+               for k in (1, 2)]
+        deadline = time.monotonic() + 60
+        while len(tagged_pids(tag)) < 6 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        check(len(tagged_pids(tag)) == 6, "%s: the workers did not start: %s" % (what, tagged_pids(tag)))
+        if dropped:
+            proxy.drop_all([b"/dptp/failed", b"/dmodex/"])
+        else:
+            ps[0].send_signal(signal.SIGSTOP)
+            time.sleep(8)
+            ps[0].send_signal(signal.SIGCONT)
+        res = finish(ps, 120)
+        for k, (rc, _, err) in enumerate(res):
+            check(rc == 0 and "is gone" not in err, "%s: node %d: rc %d:\n%s" % (what, k, rc, err[-3000:]))
+        if dropped:  # they saw it, and saw the store answer again
+            for k in (1, 2):
+                check("answers a new connection" in res[k][2], "dropped: node %d:\n%s" % (k, res[k][2][-3000:]))
+        print("%s: every node exit 0" % what)
+    finally:
+        for p in ps:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.communicate()
+        if proxy:
+            proxy.close()
 
 
 def case_store_death_static():

@@ -8,6 +8,7 @@ usage: c10d_worker.py env                 print the torchrun environment, use th
        c10d_worker.py late TARGET         print the world; stay until the group has TARGET nodes
        c10d_worker.py ticks N             N store-based barriers with every rank (a collective):
                                           a rank that is gone makes the others fail (exit 1)
+       c10d_worker.py sleep S             sleep S seconds, exit 0
 """
 import base64
 import os
@@ -60,6 +61,8 @@ def main():
         print("group %s world %d restart %d" % (e["GROUP_RANK"], gw, restart), flush=True)
         if gw < int(sys.argv[2]):
             time.sleep(120)
+    elif what == "sleep":
+        time.sleep(float(sys.argv[2]))
     elif what == "ticks":
         ppid = os.getppid()
         st = Store(e["MASTER_ADDR"], int(e["MASTER_PORT"]))

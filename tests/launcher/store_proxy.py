@@ -12,7 +12,10 @@ One thread, selectors; Proxy.start() runs it in a daemon thread,
 Proxy.close() stops it. Proxy.go_silent() plays the store's host gone from
 the network: the proxy keeps every connection open and answers nothing
 more, not even the store's own closing; new connections are accepted and
-never answered."""
+never answered. Proxy.drop_all(match) closes every connection open now
+that sent a key holding one of the byte strings in match (every one
+without match), both ends, as a store that drops its clients would, and
+goes on forwarding the new ones."""
 import collections
 import selectors
 import socket
@@ -74,6 +77,7 @@ class Pair:
         self.to_u, self.to_c = bytearray(), bytearray()
         self.parse = bytearray()
         self.dropped = False
+        self.keys = set()  # the first keys the client sent (drop_all's match)
 
 
 class Proxy:
@@ -96,6 +100,8 @@ class Proxy:
         self._stop = False
         self._t = None
         self.silent = False
+        self._drop_all = False
+        self._drop_match = None
         self._held = []  # silent: the sockets kept open, never read
 
     def start(self):
@@ -105,6 +111,10 @@ class Proxy:
 
     def go_silent(self):
         self.silent = True
+
+    def drop_all(self, match=None):
+        self._drop_match = match
+        self._drop_all = True
 
     def close(self):
         self._stop = True
@@ -142,6 +152,8 @@ class Proxy:
                     break
                 n, op, strs = f
                 self.ops[OPS[op]] += 1
+                if len(pr.keys) < 16:
+                    pr.keys.update(strs[:16])
                 if op == 2 and strs[1]:
                     self.cas[strs[0].decode("utf-8", "replace")] += 1
                 if op in (2, 3):
@@ -154,6 +166,12 @@ class Proxy:
 
     def _run(self):
         while not self._stop:
+            if self._drop_all:
+                self._drop_all = False
+                for key in list(self.sel.get_map().values()):
+                    pr, m = key.data, self._drop_match
+                    if pr is not None and (m is None or any(s in k for s in m for k in pr.keys)):
+                        self._drop(pr)
             if self.silent:
                 for key in list(self.sel.get_map().values()):
                     if key.data is not None:
