@@ -71,17 +71,19 @@ struct xnode {
 	double *hb_seen;
 	int lost;          /* the lost node, -1 none */
 	/* the store's liveness (static and c10d): a connection to it that
-	 * breaks (closed, reset), or a rendezvous request it left unanswered
-	 * (xnode_store_doubt), puts it in doubt from store_since on. Then a
-	 * fresh connection (a probe: the failure watch opened again if it was
-	 * lost) every probe_iv s; its PING echo, however late, ends the doubt
-	 * and opens again what was lost. The store is gone after gone_after s
-	 * in doubt with the last probe refused or broken, or silent_after s
-	 * with a probe unanswered for gone_after s: a loaded store's host
-	 * answers late, it does not refuse nor close. */
+	 * breaks (closed, reset), a heartbeat round unanswered for hb_timeout
+	 * s, or a rendezvous request it left unanswered (xnode_store_doubt),
+	 * puts it in doubt from store_since on. Then a fresh connection (a
+	 * probe: the failure watch opened again if it was lost; none while a
+	 * heartbeat round is out) every probe_iv s; its PING echo or any
+	 * reply, however late, ends the doubt and opens again what was lost.
+	 * The store is gone after gone_after s in doubt with the last probe
+	 * refused or broken, or silent_after s with a probe (or the heartbeat
+	 * round) unanswered for gone_after s: a loaded store's host answers
+	 * late, it does not refuse nor close. */
 	struct xop *watch, *probe;
 	double store_since, probe_iv, gone_after, silent_after, probe_next, probe_sent;
-	bool probe_failed, beats, told_back;
+	bool probe_failed, beats, told_back, doubt_quiet;
 	char store_why[96];
 	char gone_why[160]; /* "" while the store is not found gone */
 	char dial_why[96]; /* why the last dial() failed */
@@ -876,13 +878,16 @@ static void set_why(char *dst, size_t len, const char *why)
 		dst[0] = (char)(dst[0] - 'A' + 'a');
 }
 
-static void store_doubt(struct xnode *x, const char *why, double since)
+/* true: the doubt starts now */
+static bool store_doubt(struct xnode *x, const char *why, double since)
 {
 	if (x->store_since > 0 || x->finish == 2 || x->gone_why[0])
-		return;
+		return false;
 	x->store_since = since;
+	x->doubt_quiet = false;
 	x->probe_next = dptp_now(); /* a fresh connection at once */
 	set_why(x->store_why, sizeof(x->store_why), why);
+	return true;
 }
 
 static void probe_broke(struct xnode *x, const char *why)
@@ -891,19 +896,27 @@ static void probe_broke(struct xnode *x, const char *why)
 	set_why(x->store_why, sizeof(x->store_why), why);
 }
 
-/* A probe's PING echo: the store answers. What broke opens again. */
+/* A probe's PING echo, or any reply (o NULL): the store answers. What
+ * broke opens again. */
 static void store_answered(struct xnode *x, struct xop *o)
 {
 	double now = dptp_now();
-	o->probe = false;
-	if (o == x->probe)
-		x->probe = NULL;
-	if (x->store_since > 0 && !x->told_back) /* once: a broken rendezvous link doubts it on every tick */
-		xlog_at('W', "the store at %s:%u answers a new connection %.0f s after %s", x->host, x->port, now - x->store_since,
+	if (o) {
+		o->probe = false;
+		if (o == x->probe)
+			x->probe = NULL;
+	}
+	/* once: a broken rendezvous link doubts it on every tick; and not for
+	 * a late heartbeat reply, which a loaded store's host sends often */
+	if (x->store_since > 0 && !x->told_back && !x->doubt_quiet) {
+		xlog_at('W', "the store at %s:%u answers again %.0f s after %s", x->host, x->port, now - x->store_since,
 			x->store_why);
-	x->told_back = true;
+		x->told_back = true;
+	}
 	x->store_since = 0;
 	x->probe_failed = false;
+	if (!x->watch && !(x->watch = open_watch(x)))
+		store_doubt(x, x->dial_why, now);
 	if (!x->serve && !(x->serve = open_serve(x)))
 		store_doubt(x, x->dial_why, now);
 	if (x->beats && !x->hb && !(x->hb = open_hb(x, now)))
@@ -911,12 +924,14 @@ static void store_answered(struct xnode *x, struct xop *o)
 }
 
 /* In doubt: a probe every probe_iv s (the failure watch itself, if it was
- * lost), and the verdict. */
+ * lost), and the verdict. A heartbeat round still unanswered is a probe
+ * already (static): no connection more to a store that is slow. */
 static void store_tick(struct xnode *x, double now)
 {
+	bool hb_out = x->hb && x->hb_waiting;
 	if (x->store_since <= 0 || x->gone_why[0] || x->finish == 2 || x->probe_iv <= 0)
 		return;
-	if (!x->probe && now >= x->probe_next) {
+	if (!x->probe && !hb_out && now >= x->probe_next) {
 		struct xop *o = x->watch ? op_new(x, 0) : (x->watch = open_watch(x));
 		x->probe_next = now + x->probe_iv;
 		x->probe_sent = now;
@@ -932,7 +947,8 @@ static void store_tick(struct xnode *x, double now)
 	double doubt = now - x->store_since;
 	if (x->probe_failed && doubt >= x->gone_after)
 		snprintf(x->gone_why, sizeof(x->gone_why), "%s since %.0f s", x->store_why, doubt);
-	else if (x->probe && now - x->probe_sent >= x->gone_after && doubt >= x->silent_after)
+	else if (((x->probe && now - x->probe_sent >= x->gone_after) || (hb_out && now - x->hb_sent >= x->gone_after)) &&
+		 doubt >= x->silent_after)
 		snprintf(x->gone_why, sizeof(x->gone_why), "no answer since %.0f s, after %s", doubt, x->store_why);
 }
 
@@ -973,13 +989,15 @@ double xnode_poll_timeout(const struct xnode *x, double timeout)
 		if (left < timeout)
 			timeout = left > 0 ? left : 0;
 	}
-	if (x && x->store_since > 0 && !x->gone_why[0]) { /* the next probe or verdict */
-		double at[4] = {x->probe ? 0 : x->probe_next, x->store_since + x->gone_after,
-			x->store_since + x->silent_after, x->probe ? x->probe_sent + x->gone_after : 0};
+	if (x && x->store_since > 0 && !x->gone_why[0]) { /* the next probe or verdict (store_tick) */
+		bool hb_out = x->hb && x->hb_waiting, probing = !x->probe && !hb_out;
+		double at[4] = {probing ? x->probe_next : 0, x->store_since + x->gone_after,
+			x->store_since + x->silent_after,
+			x->probe ? x->probe_sent + x->gone_after : hb_out ? x->hb_sent + x->gone_after : 0};
 		for (int k = 0; k < 4; k++)
 			if (at[k] > now && at[k] - now < timeout)
 				timeout = at[k] - now;
-		if (!x->probe && x->probe_next <= now)
+		if (probing && x->probe_next <= now)
 			timeout = 0;
 	}
 	return timeout;
@@ -1022,9 +1040,11 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 			}
 			if (!why) {
 				ssize_t r = recv(o->fd, o->in + o->inlen, o->incap - o->inlen, 0);
-				if (r > 0)
+				if (r > 0) {
 					o->inlen += (size_t)r;
-				else if (r == 0)
+					if (x->store_since > 0) /* however late: it answers */
+						store_answered(x, NULL);
+				} else if (r == 0)
 					why = "the store closed the connection";
 				else if (errno != EAGAIN && errno != EINTR)
 					why = strerror(errno);
@@ -1079,10 +1099,11 @@ int xnode_handle(struct xnode *x, const struct pollfd *pfd, size_t n)
 			op_fail(o, "timed out");
 		}
 	}
-	/* after the replies that came: the store's silence */
-	if (x->hb && x->hb_waiting && x->finish != 2 && x->lost < 0 && !x->gone_why[0] &&
-	    now - x->hb_sent > x->hb_timeout)
-		snprintf(x->gone_why, sizeof(x->gone_why), "a heartbeat unanswered for %.0f s", now - x->hb_sent);
+	/* after the replies that came: the store's silence puts it in doubt
+	 * from the round's send on (a loaded store's host answers late) */
+	if (x->hb && x->hb_waiting && x->finish != 2 && x->lost < 0 && now - x->hb_sent > x->hb_timeout &&
+	    store_doubt(x, "a heartbeat unanswered", x->hb_sent))
+		x->doubt_quiet = true;
 	store_tick(x, now);
 	int f = x->failed_node;
 	x->failed_node = -1;
