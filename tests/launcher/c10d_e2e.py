@@ -391,6 +391,11 @@ def store_alive(dropped):
             time.sleep(0.2)
         check(len(tagged_pids(tag)) == 6, "%s: the workers did not start: %s" % (what, tagged_pids(tag)))
         if dropped:
+            # the failure watches open as the workers start: both nodes'
+            # must be there to be dropped
+            while proxy.matching([b"/dptp/failed"]) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            check(proxy.matching([b"/dptp/failed"]) >= 2, "dropped: the nodes' failure watches never came")
             proxy.drop_all([b"/dptp/failed", b"/dmodex/"])
         else:
             ps[0].send_signal(signal.SIGSTOP)

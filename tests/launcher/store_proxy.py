@@ -112,6 +112,16 @@ class Proxy:
     def go_silent(self):
         self.silent = True
 
+    def matching(self, match):
+        """How many live connections sent a key containing one of match
+        (0 where the proxy's thread changed them meanwhile: ask again)."""
+        try:
+            return sum(1 for key in list(self.sel.get_map().values())
+                       if key.data is not None and not key.data.dropped and key.fileobj is key.data.c
+                       and any(s in k for s in match for k in list(key.data.keys)))
+        except RuntimeError:
+            return 0
+
     def drop_all(self, match=None):
         self._drop_match = match
         self._drop_all = True
