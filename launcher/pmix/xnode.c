@@ -291,17 +291,18 @@ int xnode_start(struct xnode **out, const char *host, unsigned port, const char 
 	x->srv = srv;
 	x->probe_iv = hb_interval;
 	x->gone_after = x->silent_after = hb_timeout;
-	for (int k = 0; k < 2; k++)
-		if (!(k ? (x->serve = open_serve(x)) : (x->watch = open_watch(x)))) {
-			if (k)
-				qkey(x, me, key, sizeof(key));
-			else
-				snprintf(key, sizeof(key), "%sfailed", prefix);
-			int rc = dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u: %s", key, host, port,
-				x->dial_why);
-			xnode_stop(x);
-			return rc;
-		}
+	x->watch = open_watch(x);
+	x->serve = x->watch ? open_serve(x) : NULL;
+	if (!x->serve) { /* the key of the one that failed */
+		if (x->watch)
+			qkey(x, me, key, sizeof(key));
+		else
+			snprintf(key, sizeof(key), "%sfailed", prefix);
+		int rc = dptp_err_set(err, -ECONNREFUSED, "cannot watch %s on the store at %s:%u: %s", key, host, port,
+			x->dial_why);
+		xnode_stop(x);
+		return rc;
+	}
 	if (hb_interval > 0) {
 		x->hb_interval = hb_interval;
 		x->hb_timeout = hb_timeout;
